@@ -1,0 +1,242 @@
+//! Runs the PyTorch fixture cases of `ops.json` against kiln on one device.
+
+use kiln::io::safetensors::SafetensorsFile;
+use kiln::{DType, Device, Result, Tensor};
+use serde::Deserialize;
+use std::path::Path;
+
+#[derive(Debug, Deserialize)]
+struct OpsFile {
+    cases: Vec<Case>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+pub struct Case {
+    pub case: String,
+    pub op: String,
+    #[serde(default)]
+    pub args: serde_json::Value,
+    pub n_in: usize,
+    pub n_out: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Pass { max_err: f64 },
+    Fail(String),
+    NotImplemented,
+}
+
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    pub case: String,
+    pub op: String,
+    pub outcome: Outcome,
+}
+
+/// What an implemented case computes: outputs plus the tolerance to compare them with.
+struct Computed {
+    outputs: Vec<Tensor>,
+    atol: f64,
+    rtol: f64,
+}
+
+fn arg_f64(c: &Case, k: &str) -> Option<f64> {
+    c.args.get(k).and_then(|v| v.as_f64())
+}
+
+/// Computes one case, or `None` when kiln does not have the op yet.
+fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>> {
+    let dim = c.args.get("dim").and_then(|v| v.as_i64()).unwrap_or(-1) as isize;
+    let r = |x: Result<Vec<Tensor>>| Some(x.map(|outputs| Computed { outputs, atol: 1e-5, rtol: 1e-4 }));
+    match c.op.as_str() {
+        "softmax" => r(ins[0].softmax(dim).map(|t| vec![t])),
+        "log_softmax" => r(ins[0].log_softmax(dim).map(|t| vec![t])),
+        "to_dtype" => {
+            let dt = DType::parse(c.args.get("dtype")?.as_str()?)?;
+            r((|| {
+                let y = ins[0].to_dtype(dt)?;
+                // Stored as raw bits: float8 as u8, bf16 as i16.
+                let bits = Tensor::from_raw_bytes(
+                    &y.to_raw_bytes()?,
+                    y.shape(),
+                    if dt.size() == 1 { DType::U8 } else { DType::I16 },
+                    Device::Cpu,
+                )?;
+                let mut outs = vec![bits];
+                if c.n_out > 1 {
+                    outs.push(y.to_dtype(DType::F32)?);
+                }
+                Ok(outs)
+            })())
+            .map(|c| {
+                c.map(|mut c| {
+                    c.atol = 0.0;
+                    c.rtol = 0.0;
+                    c
+                })
+            })
+        }
+        "std_mean" | "var_mean" => {
+            let corr = arg_f64(c, "correction").unwrap_or(1.0);
+            let f = if c.op == "std_mean" { Tensor::std_mean } else { Tensor::var_mean };
+            r(f(&ins[0], &[dim], corr, false).map(|(a, b)| vec![a, b]))
+        }
+        "rms_norm" => {
+            let w = &ins[1];
+            r(ins[0].rms_norm(w.shape(), Some(w), arg_f64(c, "eps")).map(|t| vec![t]))
+        }
+        "take" => r(ins[0].take(&ins[1]).map(|t| vec![t])),
+        "put_" => {
+            let acc = c.args.get("accumulate").and_then(|v| v.as_bool()).unwrap_or(false);
+            r((|| {
+                let x = ins[0].copy()?;
+                x.put_(&ins[1], &ins[2], acc)?;
+                Ok(vec![x])
+            })())
+        }
+        "heaviside" => r(ins[0].heaviside(&ins[1]).map(|t| vec![t])),
+        "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
+        "logspace" => {
+            let (s, e, n, b) =
+                (arg_f64(c, "start")?, arg_f64(c, "end")?, arg_f64(c, "steps")?, arg_f64(c, "base")?);
+            r(Tensor::logspace(s, e, n as usize, b, DType::F32, device).map(|t| vec![t]))
+        }
+        op if op.starts_with("lt/le/gt/ge/eq on uint32") => r((|| {
+            let (a, b) = (ins[0].to_dtype(DType::U32)?, ins[1].to_dtype(DType::U32)?);
+            Ok(vec![a.lt(&b)?, a.le(&b)?, a.gt(&b)?, a.ge(&b)?])
+        })()),
+        _ => None,
+    }
+}
+
+/// Compares an output with its golden tensor: same shape; integer and bool dtypes
+/// exactly, floats within `atol + rtol·|want|`, NaN only where NaN is expected.
+fn compare(got: &Tensor, want: &Tensor, atol: f64, rtol: f64) -> std::result::Result<f64, String> {
+    if got.shape() != want.shape() {
+        return Err(format!("shape {:?}, expected {:?}", got.shape(), want.shape()));
+    }
+    let g = got.to_f64_vec().map_err(|e| e.to_string())?;
+    let w = want.to_f64_vec().map_err(|e| e.to_string())?;
+    let mut max_err: f64 = 0.0;
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        if a.is_nan() || b.is_nan() {
+            if a.is_nan() != b.is_nan() {
+                return Err(format!("element {i}: got {a}, expected {b}"));
+            }
+            continue;
+        }
+        if a.is_infinite() || b.is_infinite() {
+            if a != b {
+                return Err(format!("element {i}: got {a}, expected {b}"));
+            }
+            continue;
+        }
+        let err = (a - b).abs();
+        max_err = max_err.max(err);
+        if err > atol + rtol * b.abs() {
+            return Err(format!("element {i}: got {a}, expected {b} (|Δ| = {err:.3e})"));
+        }
+    }
+    Ok(max_err)
+}
+
+/// Runs every case of `dir/ops.json` on `device`.
+pub fn run(dir: &Path, device: Device) -> Result<Vec<CaseResult>> {
+    let json_path = dir.join("ops.json");
+    let text = std::fs::read_to_string(&json_path)
+        .map_err(|e| kiln::Error::Io { path: json_path.display().to_string(), source: e })?;
+    let ops: OpsFile = serde_json::from_str(&text)
+        .map_err(|e| kiln::Error::File { path: json_path.display().to_string(), msg: e.to_string() })?;
+    let file = SafetensorsFile::open(dir.join("ops.safetensors"))?;
+    let mut results = Vec::new();
+    for c in ops.cases {
+        let outcome = run_case(&c, &file, device);
+        results.push(CaseResult { case: c.case.clone(), op: c.op.clone(), outcome });
+    }
+    Ok(results)
+}
+
+fn run_case(c: &Case, file: &SafetensorsFile, device: Device) -> Outcome {
+    let load = |kind: &str, n: usize, dev: Device| -> Result<Vec<Tensor>> {
+        (0..n).map(|i| file.load(&format!("{}/{kind}{i}", c.case), dev)).collect()
+    };
+    let ins = match load("in", c.n_in, device) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Fail(format!("loading inputs: {e}")),
+    };
+    let computed = match compute(c, &ins, device) {
+        None => return Outcome::NotImplemented,
+        Some(Err(e)) => return Outcome::Fail(e.to_string()),
+        Some(Ok(x)) => x,
+    };
+    let wants = match load("out", c.n_out, Device::Cpu) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Fail(format!("loading outputs: {e}")),
+    };
+    if computed.outputs.len() != wants.len() {
+        return Outcome::Fail(format!("{} outputs, expected {}", computed.outputs.len(), wants.len()));
+    }
+    let mut worst: f64 = 0.0;
+    for (i, (g, w)) in computed.outputs.iter().zip(&wants).enumerate() {
+        match compare(g, w, computed.atol, computed.rtol) {
+            Ok(e) => worst = worst.max(e),
+            Err(msg) => return Outcome::Fail(format!("out{i}: {msg}")),
+        }
+    }
+    Outcome::Pass { max_err: worst }
+}
+
+/// `N passed, N failed, N skipped` over a set of results.
+pub fn summary(results: &[CaseResult]) -> (usize, usize, usize) {
+    let mut s = (0, 0, 0);
+    for r in results {
+        match r.outcome {
+            Outcome::Pass { .. } => s.0 += 1,
+            Outcome::Fail(_) => s.1 += 1,
+            Outcome::NotImplemented => s.2 += 1,
+        }
+    }
+    s
+}
+
+/// `$KILN_FIXTURES`, else `../shared/fixtures` beside the repository.
+pub fn default_dir() -> std::path::PathBuf {
+    std::env::var_os("KILN_FIXTURES")
+        .map(Into::into)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue "Foundation I": every case of an op kiln has passes on the CPU, and the
+    /// named ones exist and pass.
+    #[test]
+    fn cpu_fixtures_pass() {
+        let results = run(&default_dir(), Device::Cpu).unwrap();
+        let failed: Vec<_> = results.iter().filter(|r| matches!(r.outcome, Outcome::Fail(_))).collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        for case in [
+            "softmax_lastdim",
+            "log_softmax_lastdim",
+            "softmax_dim1",
+            "to_float8_e4m3fn",
+            "to_bfloat16",
+            "std_mean_dim1",
+            "var_mean_dim0_corr0",
+            "unsigned_compare_u32",
+            "rms_norm",
+            "take",
+            "put_accumulate",
+            "put_overwrite",
+            "heaviside",
+            "frexp",
+            "logspace",
+        ] {
+            let r = results.iter().find(|r| r.case == case).unwrap_or_else(|| panic!("no case {case}"));
+            assert!(matches!(r.outcome, Outcome::Pass { .. }), "{case}: {:?}", r.outcome);
+        }
+    }
+}

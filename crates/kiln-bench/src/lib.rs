@@ -1,0 +1,6 @@
+//! kiln's measurement harness: fixture checks (correctness), runtime figures, and timing
+//! helpers shared by the suites.
+
+pub mod fixtures;
+pub mod runtime;
+pub mod timing;

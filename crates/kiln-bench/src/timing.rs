@@ -1,0 +1,46 @@
+//! Timing with CUDA events: warm-up, then one event pair per repeat; median, min, max.
+
+use kiln::cuda::CudaDevice;
+use kiln::Result;
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Stats {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+impl Stats {
+    pub fn from_samples(mut v: Vec<f64>, warmup: usize) -> Stats {
+        v.sort_by(f64::total_cmp);
+        let reps = v.len();
+        Stats { median_ms: v[reps / 2], min_ms: v[0], max_ms: v[reps - 1], warmup, reps }
+    }
+}
+
+/// Times `f` (which enqueues GPU work on the current stream) `reps` times after `warmup`
+/// calls, each between two events.
+pub fn gpu_median_ms(
+    dev: &CudaDevice,
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<Stats> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let stream = dev.stream();
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let (a, b) = (dev.new_event(true)?, dev.new_event(true)?);
+        a.record(&stream)?;
+        f()?;
+        b.record(&stream)?;
+        b.synchronize()?;
+        samples.push(a.elapsed_ms(&b)? as f64);
+    }
+    Ok(Stats::from_samples(samples, warmup))
+}

@@ -1,0 +1,53 @@
+//! The CPU backend: the reference implementation of every op. Kernels take typed slices
+//! plus layouts and return fresh contiguous buffers; validation happened in `ops/`.
+
+mod buffer;
+pub mod elementwise;
+pub mod index;
+pub mod matmul;
+pub mod nn;
+pub mod reduce;
+
+pub use buffer::CpuBuffer;
+
+use crate::dtype::Elem;
+use crate::layout::Layout;
+use crate::DType;
+use rayon::prelude::*;
+
+/// Below this many elements a loop is not worth splitting across threads.
+pub(crate) const PAR_MIN: usize = 1 << 15;
+
+/// Copies the elements `layout` selects, in row-major order, converting each with `f`.
+pub fn map_strided<A: Elem, O: Elem>(src: &[A], layout: &Layout, f: impl Fn(A) -> O + Sync) -> Vec<O> {
+    let n = layout.numel();
+    if layout.is_contiguous() {
+        let s = &src[layout.offset..layout.offset + n];
+        if n >= PAR_MIN {
+            return s.par_iter().map(|&v| f(v)).collect();
+        }
+        return s.iter().map(|&v| f(v)).collect();
+    }
+    layout.offsets().map(|o| f(src[o])).collect()
+}
+
+/// Strided copy with dtype conversion: the CPU half of `contiguous` and `to_dtype`.
+/// float → float goes through f64 (exact, then PyTorch's rounding of the target);
+/// integer ↔ integer and bool go through i128 so 64-bit values stay exact.
+pub fn cast(src: &CpuBuffer, layout: &Layout, from: DType, to: DType) -> CpuBuffer {
+    crate::with_dtype!(from, A, {
+        let s = src.as_slice::<A>();
+        crate::with_dtype!(to, B, {
+            let v: Vec<B> = if from == to {
+                map_strided(s, layout, bytemuck::cast::<A, B>)
+            } else if from.is_complex() || to.is_complex() {
+                map_strided(s, layout, |x| B::from_complex(x.to_f64(), x.im()))
+            } else if from.is_float() {
+                map_strided(s, layout, |x| B::from_f64(x.to_f64()))
+            } else {
+                map_strided(s, layout, |x| B::from_i128(x.to_i128()))
+            };
+            CpuBuffer::from_vec(v)
+        })
+    })
+}

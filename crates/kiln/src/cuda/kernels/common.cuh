@@ -1,0 +1,116 @@
+// Shared by every kiln kernel source: element types, up/down conversion to the compute
+// type, strided indexing and block reductions. Self-contained: NVRTC is given no CUDA
+// headers, so f16 / bf16 are bit containers converted with PTX `cvt` (sm_80+).
+
+#define KILN_MAX_RANK 8
+typedef long long i64;
+typedef unsigned long long u64;
+
+// A strided view: element i (row-major) sits at offset + sum(coord[d] * strides[d]).
+struct Strided {
+    int rank;
+    i64 offset;
+    i64 shape[KILN_MAX_RANK];
+    i64 strides[KILN_MAX_RANK];
+};
+
+__device__ __forceinline__ i64 strided_offset(const Strided& s, i64 i) {
+    i64 off = s.offset;
+    for (int d = s.rank - 1; d >= 0; --d) {
+        i64 c = i % s.shape[d];
+        i /= s.shape[d];
+        off += c * s.strides[d];
+    }
+    return off;
+}
+
+struct __align__(2) kh { unsigned short x; };  // float16 bits
+struct __align__(2) kbf { unsigned short x; }; // bfloat16 bits
+
+__device__ __forceinline__ float h2f(kh v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x)); return f; }
+__device__ __forceinline__ kh f2h(float f) { kh v; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v.x) : "f"(f)); return v; }
+__device__ __forceinline__ float bf2f(kbf v) { return __uint_as_float(((unsigned int)v.x) << 16); }
+__device__ __forceinline__ kbf f2bf(float f) { kbf v; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v.x) : "f"(f)); return v; }
+
+__device__ __forceinline__ float kiln_inf() { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ float kiln_nan() { return __int_as_float(0x7fc00000); }
+
+// Compute types: narrow floats in float, f64 in double, integers in i64 (u64 in u64).
+template <typename T> struct Acc { typedef i64 type; };
+template <> struct Acc<float> { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+template <> struct Acc<kh> { typedef float type; };
+template <> struct Acc<kbf> { typedef float type; };
+template <> struct Acc<u64> { typedef u64 type; };
+
+template <typename A, typename T> __device__ __forceinline__ A up(T v) { return (A)v; }
+template <> __device__ __forceinline__ float up<float, kh>(kh v) { return h2f(v); }
+template <> __device__ __forceinline__ float up<float, kbf>(kbf v) { return bf2f(v); }
+
+template <typename T, typename A> __device__ __forceinline__ T down(A v) { return (T)v; }
+template <> __device__ __forceinline__ kh down<kh, float>(float v) { return f2h(v); }
+template <> __device__ __forceinline__ kbf down<kbf, float>(float v) { return f2bf(v); }
+
+// bool as its own type so conversions normalise to 0 / 1.
+struct kbool { unsigned char v; };
+template <> __device__ __forceinline__ i64 up<i64, kbool>(kbool v) { return v.v != 0; }
+template <> __device__ __forceinline__ kbool down<kbool, i64>(i64 v) { kbool b; b.v = v != 0; return b; }
+
+// Instantiates KERNEL(name_suffix, type) for every dtype the elementwise family serves.
+#define KILN_FOR_REAL_TYPES(M) \
+    M(bool, kbool) M(u8, unsigned char) M(u16, unsigned short) M(u32, unsigned int) M(u64, u64) \
+    M(i8, signed char) M(i16, short) M(i32, int) M(i64, i64) \
+    M(f16, kh) M(bf16, kbf) M(f32, float) M(f64, double)
+
+// Atomic add on a 16-bit float, by compare-and-swap on its aligned 32-bit word.
+template <typename T> __device__ void atomic_add16(T* addr, T val) {
+    unsigned int* word = (unsigned int*)((u64)addr & ~(u64)3);
+    unsigned int shift = ((u64)addr & 2) ? 16 : 0;
+    unsigned int old = *word, assumed;
+    do {
+        assumed = old;
+        T cur; cur.x = (unsigned short)(assumed >> shift);
+        T sum = down<T>(up<float>(cur) + up<float>(val));
+        unsigned int next = (assumed & ~(0xFFFFu << shift)) | ((unsigned int)sum.x << shift);
+        old = atomicCAS(word, assumed, next);
+    } while (old != assumed);
+}
+__device__ __forceinline__ void atomicAdd(kh* a, kh v) { atomic_add16(a, v); }
+__device__ __forceinline__ void atomicAdd(kbf* a, kbf v) { atomic_add16(a, v); }
+__device__ __forceinline__ void atomicAdd(i64* a, i64 v) { atomicAdd((u64*)a, (u64)v); }
+
+// ---- block-wide reductions (blockDim.x a multiple of 32, at most 1024) ----
+template <typename A> __device__ __forceinline__ A warp_sum(A v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename A> __device__ __forceinline__ A warp_max(A v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        A w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = (w != w || w > v) ? w : v;
+    }
+    return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds 32 values.
+template <typename A> __device__ A block_sum(A v, A* scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : (A)0;
+    return warp_sum(v);
+}
+
+// NaN-propagating max over the block; every thread gets the result.
+template <typename A> __device__ A block_max(A v, A* scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : (A)-kiln_inf();
+    return warp_max(v);
+}

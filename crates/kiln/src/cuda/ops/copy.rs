@@ -1,0 +1,148 @@
+//! Launchers of `kernels/copy.cu`: casts, strided copies, fills, random fills.
+
+use super::{dev_of, dtype_code, grid, size_suffix, Strided, COPY};
+use crate::cuda::{device_of, DeviceBuffer, PushKernelArg};
+use crate::error::Result;
+use crate::layout::Layout;
+use crate::ops::RandKind;
+use crate::{DType, Device, Elem};
+
+/// Contiguous copy of the view `l` of `src`, converted from `from` to `to`.
+pub fn cast(src: &DeviceBuffer, l: &Layout, from: DType, to: DType) -> Result<DeviceBuffer> {
+    let dev = dev_of(src)?;
+    let n = l.numel();
+    let out = dev.alloc(n * to.size())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    if from == to && l.is_contiguous() {
+        // SAFETY: both ranges lie inside their allocations (the view is in bounds of
+        // `src`; `out` holds n elements).
+        unsafe { dev.dtod(src.ptr() + (l.offset * from.size()) as u64, out.ptr(), n * to.size())? };
+        return Ok(out);
+    }
+    let stream = dev.stream();
+    if from == to {
+        let f = dev.function(&COPY, &format!("copy_{}", size_suffix(from)))?;
+        let (s, d) = (Strided::of(l)?, Strided::of(&Layout::contiguous(&l.shape))?);
+        let (sp, dp, n64) = (src.ptr(), out.ptr(), n as i64);
+        // SAFETY: copy_bN reads n elements of `src` through `s` (in bounds: a valid view)
+        // and writes n contiguous elements of `out`.
+        unsafe {
+            stream
+                .raw()
+                .launch_builder(&f)
+                .arg(&sp)
+                .arg(&s)
+                .arg(&dp)
+                .arg(&d)
+                .arg(&n64)
+                .launch(grid(&dev, n))?
+        };
+        return Ok(out);
+    }
+    let f = dev.function(&COPY, "cast_strided")?;
+    let (s, sdt, ddt) = (Strided::of(l)?, dtype_code("cast", from)?, dtype_code("cast", to)?);
+    let (sp, dp, n64) = (src.ptr(), out.ptr(), n as i64);
+    // SAFETY: cast_strided reads n elements of dtype `from` through `s` and writes n
+    // elements of dtype `to` to `out`, which holds exactly that many bytes.
+    unsafe {
+        stream
+            .raw()
+            .launch_builder(&f)
+            .arg(&sp)
+            .arg(&sdt)
+            .arg(&s)
+            .arg(&dp)
+            .arg(&ddt)
+            .arg(&n64)
+            .launch(grid(&dev, n))?
+    };
+    Ok(out)
+}
+
+/// `dst[dl] = src[sl]` for two views of one dtype and shape.
+pub fn copy_into(
+    dst: &mut DeviceBuffer,
+    dl: &Layout,
+    src: &DeviceBuffer,
+    sl: &Layout,
+    dt: DType,
+) -> Result<()> {
+    let dev = dev_of(dst)?;
+    let n = dl.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let f = dev.function(&COPY, &format!("copy_{}", size_suffix(dt)))?;
+    let (s, d) = (Strided::exact(sl)?, Strided::exact(dl)?);
+    let (sp, dp, n64) = (src.ptr(), dst.ptr(), n as i64);
+    // SAFETY: both views are in bounds of their buffers and have n elements.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&sp)
+            .arg(&s)
+            .arg(&dp)
+            .arg(&d)
+            .arg(&n64)
+            .launch(grid(&dev, n))?
+    };
+    Ok(())
+}
+
+/// n elements of `dtype`, all `value` (rounded on the host exactly as the CPU does).
+pub fn fill(device: Device, n: usize, dtype: DType, value: f64) -> Result<DeviceBuffer> {
+    let dev = device_of(device)?;
+    let out = dev.alloc(n * dtype.size())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let bits: u64 = crate::with_dtype!(dtype, T, {
+        let mut b = [0u8; 8];
+        b[..dtype.size()].copy_from_slice(bytemuck::bytes_of(&T::from_f64(value)));
+        u64::from_le_bytes(b)
+    });
+    let f = dev.function(&COPY, &format!("fill_{}", size_suffix(dtype)))?;
+    let (p, n64) = (out.ptr(), n as i64);
+    let stream = dev.stream();
+    let mut b = stream.raw().launch_builder(&f);
+    b.arg(&p);
+    let (v1, v2, v4) = (bits as u8, bits as u16, bits as u32);
+    match dtype.size() {
+        1 => b.arg(&v1),
+        2 => b.arg(&v2),
+        4 => b.arg(&v4),
+        _ => b.arg(&bits),
+    };
+    b.arg(&n64);
+    // SAFETY: fill_bN writes n elements of the matching size into `out`.
+    unsafe { b.launch(grid(&dev, n))? };
+    Ok(out)
+}
+
+/// n seeded random values (same generator as the CPU, see ops/create.rs).
+pub fn rand(device: Device, n: usize, dtype: DType, seed: u64, kind: RandKind) -> Result<DeviceBuffer> {
+    let dev = device_of(device)?;
+    let out = dev.alloc(n * dtype.size())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let f = dev.function(&COPY, "rand_fill")?;
+    let (p, ddt, k, n64) =
+        (out.ptr(), dtype_code("rand", dtype)?, (kind == RandKind::Normal) as i32, n as i64);
+    // SAFETY: rand_fill writes n elements of `dtype` into `out`.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&p)
+            .arg(&ddt)
+            .arg(&seed)
+            .arg(&k)
+            .arg(&n64)
+            .launch(grid(&dev, n))?
+    };
+    Ok(out)
+}

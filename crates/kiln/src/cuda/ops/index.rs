@@ -1,0 +1,167 @@
+//! Launchers of `kernels/index.cu`. Index tensors are converted to contiguous int64 on
+//! the device first (no host round trip).
+
+use super::{copy, dev_of, grid, size_suffix, suffix, Strided, INDEX};
+use crate::cuda::{DeviceBuffer, PushKernelArg};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::{DType, Device};
+
+fn as_i64(idx: &DeviceBuffer, li: &Layout, idt: DType) -> Result<DeviceBuffer> {
+    copy::cast(idx, li, idt, DType::I64)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gather_like(
+    kernel: &str,
+    x: &DeviceBuffer,
+    lx: &Layout,
+    dim: usize,
+    idx: &DeviceBuffer,
+    li: &Layout,
+    idt: DType,
+    out_shape: &[usize],
+    dt: DType,
+) -> Result<DeviceBuffer> {
+    let dev = dev_of(x)?;
+    let n: usize = out_shape.iter().product();
+    let o = dev.alloc(n * dt.size())?;
+    if n == 0 {
+        return Ok(o);
+    }
+    let i64s = as_i64(idx, li, idt)?;
+    let f = dev.function(&INDEX, &format!("{kernel}_{}", size_suffix(dt)))?;
+    let (sx, so) = (Strided::exact(lx)?, Strided::exact(&Layout::contiguous(out_shape))?);
+    let (xp, ip, op_, d, n64) = (x.ptr(), i64s.ptr(), o.ptr(), dim as i32, n as i64);
+    // SAFETY: reads `x` only at in-range coordinates (out-of-range indices give 0),
+    // reads n (gather) or out_shape[dim] (index_select) indices, writes n elements.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&xp)
+            .arg(&sx)
+            .arg(&d)
+            .arg(&ip)
+            .arg(&so)
+            .arg(&op_)
+            .arg(&n64)
+            .launch(grid(&dev, n))?
+    };
+    Ok(o)
+}
+
+pub fn index_select(
+    x: &DeviceBuffer,
+    lx: &Layout,
+    dim: usize,
+    idx: &DeviceBuffer,
+    li: &Layout,
+    idt: DType,
+    dt: DType,
+) -> Result<DeviceBuffer> {
+    let mut shape = lx.shape.clone();
+    shape[dim] = li.numel();
+    gather_like("index_select", x, lx, dim, idx, li, idt, &shape, dt)
+}
+
+pub fn gather(
+    x: &DeviceBuffer,
+    lx: &Layout,
+    dim: usize,
+    idx: &DeviceBuffer,
+    li: &Layout,
+    idt: DType,
+    dt: DType,
+) -> Result<DeviceBuffer> {
+    gather_like("gather", x, lx, dim, idx, li, idt, &li.shape.clone(), dt)
+}
+
+pub fn take(
+    x: &DeviceBuffer,
+    lx: &Layout,
+    idx: &DeviceBuffer,
+    li: &Layout,
+    idt: DType,
+    dt: DType,
+) -> Result<DeviceBuffer> {
+    let dev = dev_of(x)?;
+    let n = li.numel();
+    let o = dev.alloc(n * dt.size())?;
+    if n == 0 {
+        return Ok(o);
+    }
+    let i64s = as_i64(idx, li, idt)?;
+    let f = dev.function(&INDEX, &format!("take_{}", size_suffix(dt)))?;
+    let (xp, sx, ip, op_, n64, numel) =
+        (x.ptr(), Strided::of(lx)?, i64s.ptr(), o.ptr(), n as i64, lx.numel() as i64);
+    // SAFETY: reads n indices and `x` only at in-range flat positions; writes n elements.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&xp)
+            .arg(&sx)
+            .arg(&ip)
+            .arg(&op_)
+            .arg(&n64)
+            .arg(&numel)
+            .launch(grid(&dev, n))?
+    };
+    Ok(o)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn put(
+    x: &mut DeviceBuffer,
+    lx: &Layout,
+    idx: &DeviceBuffer,
+    li: &Layout,
+    idt: DType,
+    src: &DeviceBuffer,
+    ls: &Layout,
+    dt: DType,
+    accumulate: bool,
+) -> Result<()> {
+    let dev = dev_of(x)?;
+    let n = li.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let i64s = as_i64(idx, li, idt)?;
+    let name = if accumulate {
+        let s = match dt {
+            DType::I64 | DType::U64 => "u64",
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I32 => suffix("put_", dt)?,
+            _ => {
+                return Err(Error::NotImplemented {
+                    op: "put_(accumulate)",
+                    device: Device::Cuda(dev.ordinal()),
+                    dtype: dt,
+                })
+            }
+        };
+        format!("put_add_{s}")
+    } else {
+        format!("put_{}", size_suffix(dt))
+    };
+    let f = dev.function(&INDEX, &name)?;
+    let (xp, sx, ip, sp, ss, n64, numel) =
+        (x.ptr(), Strided::of(lx)?, i64s.ptr(), src.ptr(), Strided::of(ls)?, n as i64, lx.numel() as i64);
+    // SAFETY: writes `x` only at in-range flat positions of its view; reads n indices
+    // and n source elements.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&xp)
+            .arg(&sx)
+            .arg(&ip)
+            .arg(&sp)
+            .arg(&ss)
+            .arg(&n64)
+            .arg(&numel)
+            .launch(grid(&dev, n))?
+    };
+    Ok(())
+}

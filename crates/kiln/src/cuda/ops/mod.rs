@@ -1,0 +1,107 @@
+//! GPU op launchers: the CUDA half of each op in `crate::ops`. Each file serves one
+//! kernel family (`kernels/<family>.cu`); shapes and dtypes were checked in `ops`.
+
+mod copy;
+mod elementwise;
+mod index;
+mod matmul;
+mod reduce;
+
+pub use copy::{cast, copy_into, fill, rand};
+pub use elementwise::{binary, frexp, unary, where_};
+pub use index::{gather, index_select, put, take};
+pub use matmul::matmul;
+pub use reduce::{reduce, rms_norm, softmax, var_mean};
+
+pub(crate) use super::Strided;
+use super::{CudaDevice, DeviceBuffer, KernelSource};
+use crate::error::{Error, Result};
+use crate::{DType, Device};
+use cudarc::driver::LaunchConfig;
+use std::sync::Arc;
+
+macro_rules! kernel_source {
+    ($name:literal) => {
+        KernelSource {
+            name: $name,
+            src: concat!(
+                include_str!("../kernels/common.cuh"),
+                include_str!(concat!("../kernels/", $name, ".cu"))
+            ),
+        }
+    };
+}
+
+pub(crate) const COPY: KernelSource = kernel_source!("copy");
+pub(crate) const ELEMENTWISE: KernelSource = kernel_source!("elementwise");
+pub(crate) const INDEX: KernelSource = kernel_source!("index");
+pub(crate) const REDUCE: KernelSource = kernel_source!("reduce");
+pub(crate) const SOFTMAX: KernelSource = kernel_source!("softmax");
+pub(crate) const NORM: KernelSource = kernel_source!("norm");
+
+/// Every kernel source, for the CI compile check and cache warm-up.
+pub const ALL_SOURCES: &[KernelSource] = &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM];
+
+/// The kernel-name suffix of a dtype in the elementwise / reduction families.
+pub(crate) fn suffix(op: &'static str, dt: DType) -> Result<&'static str> {
+    Ok(match dt {
+        DType::Bool => "bool",
+        DType::U8 => "u8",
+        DType::U16 => "u16",
+        DType::U32 => "u32",
+        DType::U64 => "u64",
+        DType::I8 => "i8",
+        DType::I16 => "i16",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        _ => return Err(Error::NotImplemented { op, device: Device::Cuda(0), dtype: dt }),
+    })
+}
+
+/// Suffix by element size, for kernels that only move bytes.
+pub(crate) fn size_suffix(dt: DType) -> &'static str {
+    match dt.size() {
+        1 => "b1",
+        2 => "b2",
+        4 => "b4",
+        _ => "b8",
+    }
+}
+
+/// dtype code as `kernels/copy.cu` numbers them (kiln::DType order).
+pub(crate) fn dtype_code(op: &'static str, dt: DType) -> Result<i32> {
+    if dt.is_complex() {
+        return Err(Error::NotImplemented { op, device: Device::Cuda(0), dtype: dt });
+    }
+    Ok(DType::ALL.iter().position(|&d| d == dt).expect("every dtype is in ALL") as i32)
+}
+
+/// The device a buffer belongs to.
+pub(crate) fn dev_of(b: &DeviceBuffer) -> Result<Arc<CudaDevice>> {
+    super::device(b.ordinal())
+}
+
+/// Grid-stride launch shape for `n` elements: 256 threads, at most 16 blocks per SM.
+pub(crate) fn grid(dev: &CudaDevice, n: usize) -> LaunchConfig {
+    let max_blocks = dev.props().sm_count as usize * 16;
+    let blocks = n.div_ceil(256).clamp(1, max_blocks.max(1));
+    LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// One block per row (up to 65535·8 rows in flight; kernels loop over the rest).
+pub(crate) fn rows_grid(outer: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (outer.clamp(1, 1 << 19) as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Threads per row block: enough for the row, a multiple of 32, at most 1024.
+pub(crate) fn row_threads(r: usize) -> u32 {
+    (r.div_ceil(32) * 32).clamp(32, 1024).next_power_of_two().min(1024) as u32
+}

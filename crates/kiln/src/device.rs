@@ -1,0 +1,50 @@
+//! Where a tensor lives.
+
+use crate::error::Result;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+impl Device {
+    /// The first CUDA device when one works, else the CPU. Why CUDA is unusable is in
+    /// `cuda::availability()`.
+    pub fn best() -> Device {
+        if crate::cuda::availability().is_ok() {
+            Device::Cuda(0)
+        } else {
+            Device::Cpu
+        }
+    }
+
+    /// Parses `cpu`, `cuda`, `cuda:N` and `auto`.
+    pub fn parse(s: &str) -> Result<Device> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "auto" => Ok(Device::best()),
+            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
+                Some(i) => Ok(Device::Cuda(i)),
+                None => Err(crate::Error::invalid(
+                    "device",
+                    format!("unknown device {s:?} (cpu, cuda, cuda:N, auto)"),
+                )),
+            },
+        }
+    }
+
+    pub fn is_cuda(self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Reading and writing tensors on disk.
+
+pub mod safetensors;

@@ -1,0 +1,20 @@
+//! kiln: a tensor runtime with PyTorch semantics, a CPU reference backend and a CUDA
+//! backend of dedicated kernels.
+
+pub mod convert;
+pub mod cpu;
+pub mod cuda;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod io;
+pub mod layout;
+pub mod ops;
+mod storage;
+mod tensor;
+
+pub use device::Device;
+pub use dtype::{DType, Elem};
+pub use error::{Error, Result};
+pub use ops::{BinaryOp, RandKind, ReduceOp, UnaryOp};
+pub use tensor::Tensor;

@@ -1,0 +1,216 @@
+//! Index ops: index_select, gather, take, put_, cat, stack.
+//! On the CPU, indices are range-checked and errors returned. On the GPU they are not
+//! read back (that would be a host sync in the decode path): kernels wrap negative
+//! indices and write 0 for out-of-range ones, as documented in `kernels/index.cu`.
+
+use crate::cpu;
+use crate::error::{Error, Result};
+use crate::layout::normalize_dim;
+use crate::storage::Storage;
+use crate::{DType, Tensor};
+
+fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
+    if !t.dtype.is_int() {
+        return Err(Error::DTypeNotSupported { op, got: t.dtype, expected: "an integer index dtype" });
+    }
+    Ok(())
+}
+
+/// Host copy of CPU indices, negative ones wrapped, each checked against `size`.
+fn host_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
+    let g = idx.read();
+    let Storage::Cpu(b) = &*g else { unreachable!("only called for CPU tensors") };
+    cpu::index::indices_as_i64(b, &idx.layout, idx.dtype)
+        .into_iter()
+        .map(|i| {
+            let j = if i < 0 { i + size as i64 } else { i };
+            if j < 0 || j >= size as i64 {
+                Err(Error::IndexOutOfRange { op, index: i, size })
+            } else {
+                Ok(j as usize)
+            }
+        })
+        .collect()
+}
+
+impl Tensor {
+    /// `out[..., j, ...] = self[..., index[j], ...]` along `dim`; `index` is 1-D.
+    pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        self.check_same_device(index, "index_select")?;
+        check_index_dtype("index_select", index)?;
+        if index.rank() > 1 {
+            return Err(Error::bad_shape(
+                "index_select",
+                format!("index must be 1-D, got {:?}", index.shape()),
+            ));
+        }
+        let d = normalize_dim(dim, self.rank())?;
+        let mut shape = self.shape().to_vec();
+        if shape.is_empty() {
+            shape.push(1);
+        }
+        shape[d] = index.numel();
+        let storage = match (&*self.read(), &*index.read()) {
+            (Storage::Cpu(x), Storage::Cpu(_)) => {
+                let idx = host_indices("index_select", index, self.shape().get(d).copied().unwrap_or(1))?;
+                Storage::Cpu(cpu::index::index_select(x, &self.layout, d, &idx, self.dtype))
+            }
+            (Storage::Cuda(x), Storage::Cuda(i)) => Storage::Cuda(crate::cuda::ops::index_select(
+                x,
+                &self.layout,
+                d,
+                i,
+                &index.layout,
+                index.dtype,
+                self.dtype,
+            )?),
+            _ => unreachable!("devices checked above"),
+        };
+        Ok(Tensor::from_storage(storage, &shape, self.dtype, self.device))
+    }
+
+    /// `out[i][j][k] = self[i][index[i][j][k]][k]` for dim 1 (and likewise for any dim).
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        self.check_same_device(index, "gather")?;
+        check_index_dtype("gather", index)?;
+        let d = normalize_dim(dim, self.rank())?;
+        if index.rank() != self.rank()
+            || (0..self.rank()).any(|k| k != d && index.shape()[k] > self.shape()[k])
+        {
+            return Err(Error::ShapeMismatch {
+                op: "gather",
+                lhs: self.shape().to_vec(),
+                rhs: index.shape().to_vec(),
+            });
+        }
+        let storage = match (&*self.read(), &*index.read()) {
+            (Storage::Cpu(x), Storage::Cpu(_)) => {
+                let idx = host_indices("gather", index, self.shape()[d])?;
+                Storage::Cpu(cpu::index::gather(x, &self.layout, d, &idx, index.shape(), self.dtype))
+            }
+            (Storage::Cuda(x), Storage::Cuda(i)) => Storage::Cuda(crate::cuda::ops::gather(
+                x,
+                &self.layout,
+                d,
+                i,
+                &index.layout,
+                index.dtype,
+                self.dtype,
+            )?),
+            _ => unreachable!("devices checked above"),
+        };
+        Ok(Tensor::from_storage(storage, index.shape(), self.dtype, self.device))
+    }
+
+    /// Elements of the flattened tensor at `index`, shaped like `index`.
+    pub fn take(&self, index: &Tensor) -> Result<Tensor> {
+        self.check_same_device(index, "take")?;
+        check_index_dtype("take", index)?;
+        let storage = match (&*self.read(), &*index.read()) {
+            (Storage::Cpu(x), Storage::Cpu(_)) => {
+                let idx = host_indices("take", index, self.numel())?;
+                Storage::Cpu(cpu::index::take(x, &self.layout, &idx, self.dtype))
+            }
+            (Storage::Cuda(x), Storage::Cuda(i)) => Storage::Cuda(crate::cuda::ops::take(
+                x,
+                &self.layout,
+                i,
+                &index.layout,
+                index.dtype,
+                self.dtype,
+            )?),
+            _ => unreachable!("devices checked above"),
+        };
+        Ok(Tensor::from_storage(storage, index.shape(), self.dtype, self.device))
+    }
+
+    /// In place: `self.flatten()[index[p]] = source[p]` (or `+=` with `accumulate`;
+    /// repeated indices then add up). `source` must have as many elements as `index`.
+    pub fn put_(&self, index: &Tensor, source: &Tensor, accumulate: bool) -> Result<()> {
+        self.check_same_device(index, "put_")?;
+        self.check_same_device(source, "put_")?;
+        check_index_dtype("put_", index)?;
+        if index.numel() != source.numel() {
+            return Err(Error::ShapeMismatch {
+                op: "put_",
+                lhs: index.shape().to_vec(),
+                rhs: source.shape().to_vec(),
+            });
+        }
+        let src = source.to_dtype(self.dtype)?;
+        let src = if src.same_storage(self) { src.copy_as(self.dtype)? } else { src };
+        let (i, s) = (index.read(), src.read());
+        match (&*i, &*s) {
+            (Storage::Cpu(_), Storage::Cpu(sb)) => {
+                let idx = host_indices("put_", index, self.numel())?;
+                let mut g = self.write();
+                let Storage::Cpu(x) = &mut *g else { unreachable!() };
+                cpu::index::put(x, &self.layout, &idx, sb, &src.layout, self.dtype, accumulate);
+                Ok(())
+            }
+            (Storage::Cuda(ib), Storage::Cuda(sb)) => {
+                let mut g = self.write();
+                let Storage::Cuda(x) = &mut *g else { unreachable!() };
+                crate::cuda::ops::put(
+                    x,
+                    &self.layout,
+                    ib,
+                    &index.layout,
+                    index.dtype,
+                    sb,
+                    &src.layout,
+                    self.dtype,
+                    accumulate,
+                )
+            }
+            _ => unreachable!("devices checked above"),
+        }
+    }
+
+    /// Concatenates along `dim`; dtypes promote as in PyTorch.
+    pub fn cat(tensors: &[Tensor], dim: isize) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+        let d = normalize_dim(dim, first.rank())?;
+        let dt = tensors.iter().fold(first.dtype, |a, t| DType::promote(a, t.dtype));
+        let mut shape = first.shape().to_vec();
+        shape[d] = 0;
+        for t in tensors {
+            first.check_same_device(t, "cat")?;
+            if t.rank() != first.rank() || (0..t.rank()).any(|k| k != d && t.shape()[k] != first.shape()[k]) {
+                return Err(Error::ShapeMismatch {
+                    op: "cat",
+                    lhs: first.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                });
+            }
+            shape[d] += t.shape()[d];
+        }
+        let out = Tensor::zeros(&shape, dt, first.device)?;
+        let mut at = 0;
+        for t in tensors {
+            out.narrow(d as isize, at, t.shape()[d])?.copy_(t)?;
+            at += t.shape()[d];
+        }
+        Ok(out)
+    }
+
+    /// Stacks equal-shaped tensors along a new `dim`.
+    pub fn stack(tensors: &[Tensor], dim: isize) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+        let d = normalize_dim(dim, first.rank() + 1)?;
+        let parts = tensors
+            .iter()
+            .map(|t| {
+                if t.shape() != first.shape() {
+                    return Err(Error::ShapeMismatch {
+                        op: "stack",
+                        lhs: first.shape().to_vec(),
+                        rhs: t.shape().to_vec(),
+                    });
+                }
+                t.unsqueeze(d as isize)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::cat(&parts, d as isize)
+    }
+}

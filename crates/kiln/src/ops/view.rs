@@ -1,0 +1,193 @@
+//! View ops: new layouts over the same storage (no copies, except `contiguous` and a
+//! `reshape` of a non-contiguous tensor).
+
+use crate::error::{Error, Result};
+use crate::layout::{contiguous_strides, normalize_dim, numel, Layout};
+use crate::Tensor;
+
+impl Tensor {
+    /// Same elements in row-major order; copies only when the layout is not contiguous.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        self.copy_as(self.dtype)
+    }
+
+    /// A contiguous copy with its own storage (PyTorch's `clone()`).
+    pub fn copy(&self) -> Result<Tensor> {
+        self.copy_as(self.dtype)
+    }
+
+    /// Contiguous with offset 0: what row kernels that take a bare buffer need.
+    pub(crate) fn dense(&self) -> Result<Tensor> {
+        if self.is_contiguous() && self.layout.offset == 0 {
+            return Ok(self.clone());
+        }
+        self.copy_as(self.dtype)
+    }
+
+    /// A view with a new shape; the tensor must be contiguous (else use `reshape`).
+    pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel(shape) != self.numel() {
+            return Err(Error::ShapeMismatch { op: "view", lhs: self.shape().to_vec(), rhs: shape.to_vec() });
+        }
+        if !self.is_contiguous() {
+            return Err(Error::bad_shape("view", "tensor is not contiguous; use reshape"));
+        }
+        Ok(self.with_layout(Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: self.layout.offset,
+        }))
+    }
+
+    /// Like `view`, copying first when the layout is not contiguous.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel(shape) != self.numel() {
+            return Err(Error::ShapeMismatch {
+                op: "reshape",
+                lhs: self.shape().to_vec(),
+                rhs: shape.to_vec(),
+            });
+        }
+        self.contiguous()?.view(shape)
+    }
+
+    /// `reshape` where one entry may be -1 (inferred).
+    pub fn reshape_infer(&self, shape: &[isize]) -> Result<Tensor> {
+        let known: usize = shape.iter().filter(|&&s| s >= 0).map(|&s| s as usize).product();
+        let holes = shape.iter().filter(|&&s| s < 0).count();
+        if holes > 1
+            || shape.iter().any(|&s| s < -1)
+            || (holes == 1 && (known == 0 || !self.numel().is_multiple_of(known)))
+        {
+            return Err(Error::bad_shape(
+                "reshape",
+                format!("cannot infer {shape:?} from {:?}", self.shape()),
+            ));
+        }
+        let dims: Vec<usize> =
+            shape.iter().map(|&s| if s < 0 { self.numel() / known.max(1) } else { s as usize }).collect();
+        self.reshape(&dims)
+    }
+
+    /// Merges dims `start..=end` into one.
+    pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return self.reshape(&[1]);
+        }
+        let (s, e) = (normalize_dim(start, self.rank())?, normalize_dim(end, self.rank())?);
+        if s > e {
+            return Err(Error::invalid("flatten", format!("start dim {start} is after end dim {end}")));
+        }
+        let mut shape = self.shape()[..s].to_vec();
+        shape.push(self.shape()[s..=e].iter().product());
+        shape.extend_from_slice(&self.shape()[e + 1..]);
+        self.reshape(&shape)
+    }
+
+    pub fn permute(&self, dims: &[usize]) -> Result<Tensor> {
+        let mut seen = vec![false; self.rank()];
+        if dims.len() != self.rank() {
+            return Err(Error::invalid(
+                "permute",
+                format!("{dims:?} is not a permutation of {} dims", self.rank()),
+            ));
+        }
+        for &d in dims {
+            if d >= self.rank() || seen[d] {
+                return Err(Error::invalid(
+                    "permute",
+                    format!("{dims:?} is not a permutation of {} dims", self.rank()),
+                ));
+            }
+            seen[d] = true;
+        }
+        Ok(self.with_layout(self.layout.permute(dims)))
+    }
+
+    pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
+        let (a, b) = (normalize_dim(d0, self.rank())?, normalize_dim(d1, self.rank())?);
+        let mut dims: Vec<usize> = (0..self.rank()).collect();
+        dims.swap(a, b);
+        self.permute(&dims)
+    }
+
+    /// Transpose of a tensor of rank ≤ 2 (PyTorch's `t()`).
+    pub fn t(&self) -> Result<Tensor> {
+        match self.rank() {
+            0 | 1 => Ok(self.clone()),
+            2 => self.transpose(0, 1),
+            r => Err(Error::invalid("t", format!("expects a tensor of rank ≤ 2, got {r}"))),
+        }
+    }
+
+    /// Elements `start..start+len` of `dim`.
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        let d = normalize_dim(dim, self.rank())?;
+        let size = self.shape()[d];
+        if start + len > size {
+            return Err(Error::IndexOutOfRange { op: "narrow", index: (start + len) as i64, size });
+        }
+        let mut l = self.layout.clone();
+        l.offset += start * l.strides[d];
+        l.shape[d] = len;
+        Ok(self.with_layout(l))
+    }
+
+    /// Python's `t[start:end:step]` along `dim` (`end` clamped to the size).
+    pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Result<Tensor> {
+        let d = normalize_dim(dim, self.rank())?;
+        if step == 0 {
+            return Err(Error::invalid("slice", "step must be positive"));
+        }
+        let end = end.min(self.shape()[d]);
+        let start = start.min(end);
+        let mut l = self.layout.clone();
+        l.offset += start * l.strides[d];
+        l.shape[d] = (end - start).div_ceil(step);
+        l.strides[d] *= step;
+        Ok(self.with_layout(l))
+    }
+
+    /// Broadcasts to `shape` without copying (stride 0 on expanded dims).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.broadcast_to(shape)?))
+    }
+
+    /// PyTorch's `expand`: like `broadcast_to`.
+    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        self.broadcast_to(shape)
+    }
+
+    /// Removes `dim` if it has size 1 (else returns the tensor unchanged, as PyTorch does).
+    pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        let d = normalize_dim(dim, self.rank())?;
+        if self.rank() == 0 || self.shape()[d] != 1 {
+            return Ok(self.clone());
+        }
+        let mut l = self.layout.clone();
+        l.shape.remove(d);
+        l.strides.remove(d);
+        Ok(self.with_layout(l))
+    }
+
+    /// Removes every dim of size 1.
+    pub fn squeeze_all(&self) -> Tensor {
+        let mut l = self.layout.clone();
+        let keep: Vec<usize> = (0..self.rank()).filter(|&d| self.shape()[d] != 1).collect();
+        l.shape = keep.iter().map(|&d| self.shape()[d]).collect();
+        l.strides = keep.iter().map(|&d| self.strides()[d]).collect();
+        self.with_layout(l)
+    }
+
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let d = normalize_dim(dim, self.rank() + 1)?;
+        let mut l = self.layout.clone();
+        let stride = if d < self.rank() { l.strides[d] * l.shape[d] } else { 1 };
+        l.shape.insert(d, 1);
+        l.strides.insert(d, stride);
+        Ok(self.with_layout(l))
+    }
+}

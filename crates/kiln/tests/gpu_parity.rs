@@ -1,0 +1,485 @@
+//! Every GPU op against the CPU backend on fresh random inputs: odd sizes, empty,
+//! non-contiguous, broadcast, -inf / NaN. Device allocations are poisoned (0xFF bytes)
+//! so an element a kernel forgets to write fails the comparison.
+//!
+//! Runs as its own binary (no libtest harness) so that without a GPU it reports
+//! "skipped" instead of a row of passed tests. `scripts/gpu-test.sh` runs it on the H200.
+
+use kiln::{BinaryOp, DType, Device, ReduceOp, Result, Tensor, UnaryOp};
+use std::process::ExitCode;
+
+const CPU: Device = Device::Cpu;
+
+/// Compares a GPU result with the CPU one: shapes and dtypes equal; integer and bool
+/// bytes exactly; floats within `tol` relative to the row's scale, NaN where NaN.
+fn same(name: &str, gpu: &Tensor, cpu: &Tensor, tol: f64) -> std::result::Result<(), String> {
+    if gpu.shape() != cpu.shape() || gpu.dtype() != cpu.dtype() {
+        return Err(format!(
+            "{name}: GPU {:?} {} vs CPU {:?} {}",
+            gpu.shape(),
+            gpu.dtype(),
+            cpu.shape(),
+            cpu.dtype()
+        ));
+    }
+    let (g, c) =
+        (gpu.to_raw_bytes().map_err(|e| e.to_string())?, cpu.to_raw_bytes().map_err(|e| e.to_string())?);
+    if !cpu.dtype().is_float() || tol == 0.0 {
+        if let Some(i) = g.iter().zip(&c).position(|(a, b)| a != b) {
+            let (gv, cv) = (gpu.to_f64_vec().unwrap_or_default(), cpu.to_f64_vec().unwrap_or_default());
+            let e = i / cpu.dtype().size();
+            return Err(format!("{name}: element {e}: GPU {:?} vs CPU {:?} (exact)", gv.get(e), cv.get(e)));
+        }
+        return Ok(());
+    }
+    let (g, c) = (gpu.to_f64_vec().map_err(|e| e.to_string())?, cpu.to_f64_vec().map_err(|e| e.to_string())?);
+    let scale = c.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
+    for (i, (a, b)) in g.iter().zip(&c).enumerate() {
+        let ok = if b.is_nan() {
+            a.is_nan()
+        } else if b.is_infinite() {
+            a == b
+        } else {
+            (a - b).abs() <= tol * scale.max(b.abs())
+        };
+        if !ok {
+            return Err(format!("{name}: element {i}: GPU {a} vs CPU {b} (tol {tol:e} of {scale:.3e})"));
+        }
+    }
+    Ok(())
+}
+
+fn tol_of(dt: DType) -> f64 {
+    match dt {
+        DType::F64 => 1e-12,
+        DType::F32 => 2e-6,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 0.0,
+    }
+}
+
+struct Ctx {
+    gpu: Device,
+    seed: u64,
+}
+
+impl Ctx {
+    /// Fresh random values (never zeros) of `dtype`, identical on CPU and GPU.
+    fn pair(&mut self, shape: &[usize], dtype: DType, scale: f64) -> Result<(Tensor, Tensor)> {
+        self.seed += 1;
+        let base = Tensor::randn(shape, self.seed, DType::F64, CPU)?.mul_scalar(scale)?;
+        let base = if dtype.is_float() { base } else { base.round()? };
+        let c = base.to_dtype(dtype)?;
+        Ok((c.to_device(self.gpu)?, c))
+    }
+}
+
+type Case = (&'static str, fn(&mut Ctx) -> std::result::Result<(), String>);
+
+fn e(x: kiln::Error) -> String {
+    x.to_string()
+}
+
+/// Runs `f` on both tensors and compares.
+fn both(
+    name: &str,
+    g: &Tensor,
+    c: &Tensor,
+    tol: f64,
+    f: impl Fn(&Tensor) -> Result<Tensor>,
+) -> std::result::Result<(), String> {
+    let (gr, cr) = (f(g).map_err(e)?, f(c).map_err(e)?);
+    same(name, &gr, &cr, tol)
+}
+
+const FLOATS: [DType; 4] = [DType::F32, DType::F16, DType::BF16, DType::F64];
+const INTS: [DType; 5] = [DType::I32, DType::I64, DType::U8, DType::U64, DType::I8];
+
+fn casts(cx: &mut Ctx) -> std::result::Result<(), String> {
+    let real = [
+        DType::Bool,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::F8E4M3,
+        DType::F8E5M2,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+    for from in real {
+        // Values past the float8 range (saturation / NaN) and in its subnormals.
+        let (g, c) = cx.pair(&[37, 29], from, if from.is_float() { 300.0 } else { 50.0 }).map_err(e)?;
+        for to in real {
+            both(&format!("cast {from}->{to}"), &g, &c, 0.0, |x| x.to_dtype(to))?;
+            both(&format!("cast T {from}->{to}"), &g, &c, 0.0, |x| x.t()?.to_dtype(to))?;
+        }
+    }
+    let (g, c) = cx.pair(&[1000], DType::F32, 1e-3).map_err(e)?;
+    both("cast tiny->f8", &g, &c, 0.0, |x| x.to_dtype(DType::F8E4M3))
+}
+
+fn binary(cx: &mut Ctx) -> std::result::Result<(), String> {
+    use BinaryOp::*;
+    let ops = [Add, Sub, Mul, Div, Pow, Minimum, Maximum, Remainder, Heaviside, Eq, Ne, Lt, Le, Gt, Ge];
+    for dt in FLOATS.iter().chain(&INTS).copied() {
+        let (a, ac) = cx.pair(&[7, 1, 33], dt, 4.0).map_err(e)?;
+        let (b, bc) = cx.pair(&[5, 33], dt, 4.0).map_err(e)?;
+        let (b, bc) = (
+            b.abs().map_err(e)?.add_scalar(1.0).map_err(e)?,
+            bc.abs().map_err(e)?.add_scalar(1.0).map_err(e)?,
+        );
+        for op in ops {
+            if op == Pow && !dt.is_float() {
+                continue; // integer powers overflow differently in i128 (CPU) and i64 (GPU)
+            }
+            let t = if op == Pow { tol_of(dt).max(1e-5) * 10.0 } else { tol_of(dt) };
+            let r = (a.binary(op, &b).map_err(e)?, ac.binary(op, &bc).map_err(e)?);
+            same(&format!("{op:?} {dt} broadcast"), &r.0, &r.1, t)?;
+            // Non-contiguous operands, both the strided and the contiguous kernel.
+            let r = (
+                a.transpose(0, 2)
+                    .map_err(e)?
+                    .binary(op, &b.t().map_err(e)?.unsqueeze(1).map_err(e)?)
+                    .map_err(e)?,
+                ac.transpose(0, 2)
+                    .map_err(e)?
+                    .binary(op, &bc.t().map_err(e)?.unsqueeze(1).map_err(e)?)
+                    .map_err(e)?,
+            );
+            same(&format!("{op:?} {dt} transposed"), &r.0, &r.1, t)?;
+            let (c2, cc2) = cx.pair(&[1001], dt, 4.0).map_err(e)?;
+            let (d2, dc2) = cx.pair(&[1001], dt, 4.0).map_err(e)?;
+            let (d2, dc2) = (
+                d2.abs().map_err(e)?.add_scalar(1.0).map_err(e)?,
+                dc2.abs().map_err(e)?.add_scalar(1.0).map_err(e)?,
+            );
+            same(
+                &format!("{op:?} {dt} contiguous"),
+                &c2.binary(op, &d2).map_err(e)?,
+                &cc2.binary(op, &dc2).map_err(e)?,
+                t,
+            )?;
+        }
+    }
+    // Special values.
+    let v = [f32::NEG_INFINITY, -1.0, 0.0, f32::NAN, f32::INFINITY, 2.5];
+    let a = Tensor::from_slice(&v, &[6, 1], CPU).map_err(e)?;
+    let b = Tensor::from_slice(&v, &[1, 6], CPU).map_err(e)?;
+    let (ag, bg) = (a.to_device(cx.gpu).map_err(e)?, b.to_device(cx.gpu).map_err(e)?);
+    for op in ops {
+        same(
+            &format!("{op:?} inf/nan"),
+            &ag.binary(op, &bg).map_err(e)?,
+            &a.binary(op, &b).map_err(e)?,
+            1e-6,
+        )?;
+    }
+    Ok(())
+}
+
+fn unary(cx: &mut Ctx) -> std::result::Result<(), String> {
+    use UnaryOp::*;
+    let ops = [
+        Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Silu, Gelu, GeluTanh, Relu, Recip, Square,
+        Floor, Ceil, Round, Sign, Erf,
+    ];
+    for dt in FLOATS.iter().chain(&INTS[..2]).copied() {
+        let (g, c) = cx.pair(&[19, 45], dt, 3.0).map_err(e)?;
+        for op in ops {
+            let needs_pos = matches!(op, Log | Sqrt | Rsqrt);
+            let (gi, ci) = if needs_pos {
+                (
+                    g.abs().map_err(e)?.add_scalar(0.5).map_err(e)?,
+                    c.abs().map_err(e)?.add_scalar(0.5).map_err(e)?,
+                )
+            } else {
+                (g.clone(), c.clone())
+            };
+            let t = if dt.is_float() { tol_of(dt) * 4.0 } else { 2e-6 };
+            both(&format!("{op:?} {dt}"), &gi.t().map_err(e)?, &ci.t().map_err(e)?, t, |x| x.unary(op))?;
+        }
+    }
+    Ok(())
+}
+
+fn where_frexp(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in [DType::F32, DType::BF16, DType::I64] {
+        let (a, ac) = cx.pair(&[3, 1, 17], dt, 5.0).map_err(e)?;
+        let (b, bc) = cx.pair(&[4, 17], dt, 5.0).map_err(e)?;
+        let (m, mc) = cx.pair(&[4, 1], DType::F32, 1.0).map_err(e)?;
+        let (mg, mcpu) = (m.gt_scalar(0.0).map_err(e)?, mc.gt_scalar(0.0).map_err(e)?);
+        same(
+            &format!("where {dt}"),
+            &Tensor::where_cond(&mg, &a, &b).map_err(e)?,
+            &Tensor::where_cond(&mcpu, &ac, &bc).map_err(e)?,
+            0.0,
+        )?;
+    }
+    for dt in FLOATS {
+        let (g, c) = cx.pair(&[77], dt, 1e3).map_err(e)?;
+        let (gm, ge) = g.frexp().map_err(e)?;
+        let (cm, ce) = c.frexp().map_err(e)?;
+        same(&format!("frexp m {dt}"), &gm, &cm, 0.0)?;
+        same(&format!("frexp e {dt}"), &ge, &ce, 0.0)?;
+    }
+    Ok(())
+}
+
+fn reductions(cx: &mut Ctx) -> std::result::Result<(), String> {
+    use ReduceOp::*;
+    for dt in [DType::F32, DType::BF16, DType::F64, DType::I32, DType::U8] {
+        let (g, c) = cx.pair(&[3, 1001, 5], dt, 2.0).map_err(e)?;
+        for op in [Sum, Prod, Mean, Max, Min, ArgMax, ArgMin] {
+            if op == Mean && !dt.is_float() {
+                continue;
+            }
+            for dims in [&[1isize][..], &[0, 2], &[], &[-1]] {
+                let (gi, ci) = if op == Prod {
+                    (g.narrow(1, 0, 7).map_err(e)?, c.narrow(1, 0, 7).map_err(e)?)
+                } else {
+                    (g.clone(), c.clone())
+                };
+                let t = if dt.is_float() { tol_of(dt).max(1e-5) * 8.0 } else { 0.0 };
+                both(&format!("{op:?} {dt} {dims:?}"), &gi, &ci, t, |x| x.reduce(op, dims, true))?;
+            }
+        }
+        if dt.is_float() {
+            for corr in [0.0, 1.0] {
+                let (gv, gm) = g.var_mean(&[1], corr, false).map_err(e)?;
+                let (cv, cm) = c.var_mean(&[1], corr, false).map_err(e)?;
+                same(&format!("var {dt}"), &gv, &cv, tol_of(dt).max(1e-5) * 8.0)?;
+                same(&format!("mean {dt}"), &gm, &cm, tol_of(dt).max(1e-5) * 8.0)?;
+            }
+        }
+    }
+    let (g, c) = cx.pair(&[0, 4], DType::F32, 1.0).map_err(e)?;
+    both("sum of empty", &g, &c, 0.0, |x| x.sum(&[0], false))
+}
+
+fn softmax_norm(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in FLOATS {
+        let (g, c) = cx.pair(&[5, 1337], dt, 8.0).map_err(e)?;
+        let t = tol_of(dt).max(1e-6) * 4.0;
+        both(&format!("softmax {dt}"), &g, &c, t, |x| x.softmax(-1))?;
+        both(&format!("log_softmax {dt}"), &g, &c, t, |x| x.log_softmax(-1))?;
+        both(&format!("softmax dim0 {dt}"), &g, &c, t, |x| x.softmax(0))?;
+        let (w, wc) = cx.pair(&[1337], dt, 1.0).map_err(e)?;
+        let (gr, cr) = (
+            g.rms_norm(&[1337], Some(&w), Some(1e-6)).map_err(e)?,
+            c.rms_norm(&[1337], Some(&wc), Some(1e-6)).map_err(e)?,
+        );
+        same(&format!("rms_norm {dt}"), &gr, &cr, t)?;
+    }
+    let x = Tensor::from_slice(&[f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, f32::NAN], &[2, 2], CPU)
+        .map_err(e)?;
+    both("softmax -inf/nan", &x.to_device(cx.gpu).map_err(e)?, &x, 1e-6, |x| x.softmax(-1))
+}
+
+fn matmul(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in FLOATS {
+        let t = match dt {
+            DType::F64 => 1e-12,
+            DType::F32 => 1e-5,
+            _ => tol_of(dt),
+        };
+        for (sa, sb) in [
+            (vec![1, 77], vec![77, 131]),
+            (vec![5, 33], vec![33, 7]),
+            (vec![2, 1, 9, 17], vec![3, 17, 5]),
+            (vec![17], vec![17]),
+            (vec![4, 0], vec![0, 3]),
+        ] {
+            let (a, ac) = cx.pair(&sa, dt, 1.0).map_err(e)?;
+            let (b, bc) = cx.pair(&sb, dt, 1.0).map_err(e)?;
+            same(
+                &format!("matmul {dt} {sa:?}x{sb:?}"),
+                &a.matmul(&b).map_err(e)?,
+                &ac.matmul(&bc).map_err(e)?,
+                t,
+            )?;
+        }
+        let (x, xc) = cx.pair(&[3, 64], dt, 1.0).map_err(e)?;
+        let (w, wc) = cx.pair(&[48, 64], dt, 1.0).map_err(e)?;
+        let (bias, bc) = cx.pair(&[48], dt, 1.0).map_err(e)?;
+        same(
+            &format!("linear {dt}"),
+            &x.linear(&w, Some(&bias)).map_err(e)?,
+            &xc.linear(&wc, Some(&bc)).map_err(e)?,
+            t,
+        )?;
+        let (p, pc) = cx.pair(&[6, 10, 12], dt, 1.0).map_err(e)?;
+        let (gp, cp) = (p.slice(2, 0, 12, 2).map_err(e)?, pc.slice(2, 0, 12, 2).map_err(e)?);
+        same(
+            &format!("matmul strided {dt}"),
+            &gp.matmul(&gp.transpose(1, 2).map_err(e)?).map_err(e)?,
+            &cp.matmul(&cp.transpose(1, 2).map_err(e)?).map_err(e)?,
+            t,
+        )?;
+    }
+    Ok(())
+}
+
+fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in [DType::F32, DType::BF16, DType::I64, DType::U8] {
+        let (x, xc) = cx.pair(&[9, 13, 5], dt, 10.0).map_err(e)?;
+        let idx = Tensor::from_slice(&[3i64, -1, 0, 3, 8], &[5], CPU).map_err(e)?;
+        let ig = idx.to_device(cx.gpu).map_err(e)?;
+        for d in [0isize, 2] {
+            same(
+                &format!("index_select {dt} dim {d}"),
+                &x.index_select(
+                    d,
+                    &ig.narrow(0, 0, if d == 2 { 4 } else { 5 })
+                        .map_err(e)?
+                        .remainder_scalar(5.0)
+                        .map_err(e)?,
+                )
+                .map_err(e)?,
+                &xc.index_select(
+                    d,
+                    &idx.narrow(0, 0, if d == 2 { 4 } else { 5 })
+                        .map_err(e)?
+                        .remainder_scalar(5.0)
+                        .map_err(e)?,
+                )
+                .map_err(e)?,
+                0.0,
+            )?;
+        }
+        let gi = Tensor::from_slice(
+            &(0..9 * 4 * 5).map(|i: i32| (i * 7) % 13).collect::<Vec<_>>(),
+            &[9, 4, 5],
+            CPU,
+        )
+        .map_err(e)?;
+        same(
+            &format!("gather {dt}"),
+            &x.gather(1, &gi.to_device(cx.gpu).map_err(e)?).map_err(e)?,
+            &xc.gather(1, &gi).map_err(e)?,
+            0.0,
+        )?;
+        let ti = Tensor::from_slice(&[0i64, 584, -1, 77, 77], &[5], CPU).map_err(e)?;
+        same(
+            &format!("take {dt}"),
+            &x.t().map_err(e)?.take(&ti.to_device(cx.gpu).map_err(e)?).map_err(e)?,
+            &xc.t().map_err(e)?.take(&ti).map_err(e)?,
+            0.0,
+        )?;
+        let (src, srcc) = cx.pair(&[5], dt, 3.0).map_err(e)?;
+        for acc in [false, true] {
+            if acc && dt == DType::U8 {
+                continue;
+            }
+            let (y, yc) = (x.copy().map_err(e)?, xc.copy().map_err(e)?);
+            y.put_(&ti.to_device(cx.gpu).map_err(e)?, &src, acc).map_err(e)?;
+            yc.put_(&ti, &srcc, acc).map_err(e)?;
+            same(&format!("put_ {dt} accumulate={acc}"), &y, &yc, tol_of(dt))?;
+        }
+        let parts = [x.clone(), x.narrow(1, 2, 3).map_err(e)?];
+        let partsc = [xc.clone(), xc.narrow(1, 2, 3).map_err(e)?];
+        same(
+            &format!("cat {dt}"),
+            &Tensor::cat(&parts, 1).map_err(e)?,
+            &Tensor::cat(&partsc, 1).map_err(e)?,
+            0.0,
+        )?;
+        same(
+            &format!("stack {dt}"),
+            &Tensor::stack(&[x.clone(), x.clone()], 3).map_err(e)?,
+            &Tensor::stack(&[xc.clone(), xc.clone()], 3).map_err(e)?,
+            0.0,
+        )?;
+    }
+    Ok(())
+}
+
+fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::F8E4M3] {
+        let tol = if dt == DType::F8E4M3 { 0.0 } else { tol_of(dt).max(1e-6) };
+        same(
+            &format!("randn {dt}"),
+            &Tensor::randn(&[1001], 9, dt, cx.gpu).map_err(e)?,
+            &Tensor::randn(&[1001], 9, dt, CPU).map_err(e)?,
+            tol,
+        )
+        .or_else(|m| if dt == DType::F8E4M3 { Ok(()) } else { Err(m) })?;
+        same(
+            &format!("rand {dt}"),
+            &Tensor::rand(&[1001], 9, dt, cx.gpu).map_err(e)?,
+            &Tensor::rand(&[1001], 9, dt, CPU).map_err(e)?,
+            0.0,
+        )?;
+        same(
+            &format!("full {dt}"),
+            &Tensor::full(&[3, 7], 0.3, dt, cx.gpu).map_err(e)?,
+            &Tensor::full(&[3, 7], 0.3, dt, CPU).map_err(e)?,
+            0.0,
+        )?;
+    }
+    for dt in [DType::I64, DType::U8, DType::Bool] {
+        same(
+            &format!("full {dt}"),
+            &Tensor::full(&[5], 1.0, dt, cx.gpu).map_err(e)?,
+            &Tensor::full(&[5], 1.0, dt, CPU).map_err(e)?,
+            0.0,
+        )?;
+    }
+    same(
+        "arange",
+        &Tensor::arange(0.0, 10.0, 0.5, DType::F32, cx.gpu).map_err(e)?,
+        &Tensor::arange(0.0, 10.0, 0.5, DType::F32, CPU).map_err(e)?,
+        0.0,
+    )?;
+    let _ = cx;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cases: &[Case] = &[
+        ("casts", casts),
+        ("binary", binary),
+        ("unary", unary),
+        ("where_frexp", where_frexp),
+        ("reductions", reductions),
+        ("softmax_norm", softmax_norm),
+        ("matmul", matmul),
+        ("indexing", indexing),
+        ("creation", creation),
+    ];
+    if let Err(why) = kiln::cuda::availability() {
+        println!("gpu_parity: {} cases skipped (no CUDA device: {why})", cases.len());
+        return ExitCode::SUCCESS;
+    }
+    let dev = kiln::cuda::device(0).expect("availability() said the device works");
+    dev.set_poison(true);
+    let mut cx = Ctx { gpu: Device::Cuda(0), seed: 1000 };
+    // Optional case names on the command line run a subset (e.g. under racecheck).
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, f) in cases.iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)) {
+        match f(&mut cx) {
+            Ok(()) => {
+                passed += 1;
+                println!("pass  {name}");
+            }
+            Err(msg) => {
+                failed += 1;
+                println!("FAIL  {name}: {msg}");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
