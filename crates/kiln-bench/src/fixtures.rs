@@ -95,6 +95,10 @@ fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>>
                 Ok(vec![x])
             })())
         }
+        "topk" => {
+            let k = c.args.get("k")?.as_u64()? as usize;
+            r(ins[0].softmax(-1).and_then(|p| p.topk(k, -1, true)).map(|(v, i)| vec![v, i]))
+        }
         "heaviside" => r(ins[0].heaviside(&ins[1]).map(|t| vec![t])),
         "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
         "logspace" => {

@@ -2,5 +2,6 @@
 //! helpers shared by the suites.
 
 pub mod fixtures;
+pub mod report;
 pub mod runtime;
 pub mod timing;

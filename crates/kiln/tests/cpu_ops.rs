@@ -261,3 +261,17 @@ fn casts_round_like_pytorch() {
     let c = t(&[1.0, 2.0], &[2]).to_dtype(DType::C64).unwrap();
     assert_eq!(c.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(), [1.0, 2.0]);
 }
+
+#[test]
+fn topk_sorted_with_ties_and_nan() {
+    let x = t(&[1.0, 5.0, 3.0, 5.0, f32::NAN, -2.0], &[1, 6]);
+    let (v, i) = x.topk(3, -1, true).unwrap();
+    assert!(vals(&v)[0].is_nan());
+    assert_eq!(vals(&v)[1..], [5.0, 5.0]);
+    assert_eq!(i.to_vec::<i64>().unwrap(), [4, 1, 3], "ties keep the lower index first");
+    let (v, i) = x.topk(2, 1, false).unwrap();
+    assert_eq!((vals(&v), i.to_vec::<i64>().unwrap()), (vec![-2.0, 1.0], vec![5, 0]));
+    let (v, _) = t(&[1.0, 4.0, 2.0, 3.0], &[2, 2]).topk(1, 0, true).unwrap();
+    assert_eq!(vals(&v), [2.0, 4.0]);
+    assert!(x.topk(7, -1, true).is_err());
+}

@@ -1,97 +1,14 @@
-//! Every GPU op against the CPU backend on fresh random inputs: odd sizes, empty,
-//! non-contiguous, broadcast, -inf / NaN. Device allocations are poisoned (0xFF bytes)
-//! so an element a kernel forgets to write fails the comparison.
-//!
-//! Runs as its own binary (no libtest harness) so that without a GPU it reports
-//! "skipped" instead of a row of passed tests. `scripts/gpu-test.sh` runs it on the H200.
+//! Every Foundation op on the GPU against the CPU backend: casts, elementwise,
+//! reductions, softmax / rms_norm, matmul, indexing, creation — odd sizes, empty,
+//! non-contiguous, broadcast, -inf / NaN. See `common/mod.rs` for the harness.
 
-use kiln::{BinaryOp, DType, Device, ReduceOp, Result, Tensor, UnaryOp};
+mod common;
+
+use common::{both, e, same, tol_of, Case, Ctx};
+use kiln::{BinaryOp, DType, Device, ReduceOp, Tensor, UnaryOp};
 use std::process::ExitCode;
 
 const CPU: Device = Device::Cpu;
-
-/// Compares a GPU result with the CPU one: shapes and dtypes equal; integer and bool
-/// bytes exactly; floats within `tol` relative to the row's scale, NaN where NaN.
-fn same(name: &str, gpu: &Tensor, cpu: &Tensor, tol: f64) -> std::result::Result<(), String> {
-    if gpu.shape() != cpu.shape() || gpu.dtype() != cpu.dtype() {
-        return Err(format!(
-            "{name}: GPU {:?} {} vs CPU {:?} {}",
-            gpu.shape(),
-            gpu.dtype(),
-            cpu.shape(),
-            cpu.dtype()
-        ));
-    }
-    let (g, c) =
-        (gpu.to_raw_bytes().map_err(|e| e.to_string())?, cpu.to_raw_bytes().map_err(|e| e.to_string())?);
-    if !cpu.dtype().is_float() || tol == 0.0 {
-        if let Some(i) = g.iter().zip(&c).position(|(a, b)| a != b) {
-            let (gv, cv) = (gpu.to_f64_vec().unwrap_or_default(), cpu.to_f64_vec().unwrap_or_default());
-            let e = i / cpu.dtype().size();
-            return Err(format!("{name}: element {e}: GPU {:?} vs CPU {:?} (exact)", gv.get(e), cv.get(e)));
-        }
-        return Ok(());
-    }
-    let (g, c) = (gpu.to_f64_vec().map_err(|e| e.to_string())?, cpu.to_f64_vec().map_err(|e| e.to_string())?);
-    let scale = c.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
-    for (i, (a, b)) in g.iter().zip(&c).enumerate() {
-        let ok = if b.is_nan() {
-            a.is_nan()
-        } else if b.is_infinite() {
-            a == b
-        } else {
-            (a - b).abs() <= tol * scale.max(b.abs())
-        };
-        if !ok {
-            return Err(format!("{name}: element {i}: GPU {a} vs CPU {b} (tol {tol:e} of {scale:.3e})"));
-        }
-    }
-    Ok(())
-}
-
-fn tol_of(dt: DType) -> f64 {
-    match dt {
-        DType::F64 => 1e-12,
-        DType::F32 => 2e-6,
-        DType::F16 => 2e-3,
-        DType::BF16 => 1.6e-2,
-        _ => 0.0,
-    }
-}
-
-struct Ctx {
-    gpu: Device,
-    seed: u64,
-}
-
-impl Ctx {
-    /// Fresh random values (never zeros) of `dtype`, identical on CPU and GPU.
-    fn pair(&mut self, shape: &[usize], dtype: DType, scale: f64) -> Result<(Tensor, Tensor)> {
-        self.seed += 1;
-        let base = Tensor::randn(shape, self.seed, DType::F64, CPU)?.mul_scalar(scale)?;
-        let base = if dtype.is_float() { base } else { base.round()? };
-        let c = base.to_dtype(dtype)?;
-        Ok((c.to_device(self.gpu)?, c))
-    }
-}
-
-type Case = (&'static str, fn(&mut Ctx) -> std::result::Result<(), String>);
-
-fn e(x: kiln::Error) -> String {
-    x.to_string()
-}
-
-/// Runs `f` on both tensors and compares.
-fn both(
-    name: &str,
-    g: &Tensor,
-    c: &Tensor,
-    tol: f64,
-    f: impl Fn(&Tensor) -> Result<Tensor>,
-) -> std::result::Result<(), String> {
-    let (gr, cr) = (f(g).map_err(e)?, f(c).map_err(e)?);
-    same(name, &gr, &cr, tol)
-}
 
 const FLOATS: [DType; 4] = [DType::F32, DType::F16, DType::BF16, DType::F64];
 const INTS: [DType; 5] = [DType::I32, DType::I64, DType::U8, DType::U64, DType::I8];
@@ -454,32 +371,5 @@ fn main() -> ExitCode {
         ("indexing", indexing),
         ("creation", creation),
     ];
-    if let Err(why) = kiln::cuda::availability() {
-        println!("gpu_parity: {} cases skipped (no CUDA device: {why})", cases.len());
-        return ExitCode::SUCCESS;
-    }
-    let dev = kiln::cuda::device(0).expect("availability() said the device works");
-    dev.set_poison(true);
-    let mut cx = Ctx { gpu: Device::Cuda(0), seed: 1000 };
-    // Optional case names on the command line run a subset (e.g. under racecheck).
-    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in cases.iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)) {
-        match f(&mut cx) {
-            Ok(()) => {
-                passed += 1;
-                println!("pass  {name}");
-            }
-            Err(msg) => {
-                failed += 1;
-                println!("FAIL  {name}: {msg}");
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    common::run("gpu_parity", cases)
 }

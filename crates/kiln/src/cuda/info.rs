@@ -4,7 +4,7 @@ use super::availability::version_string;
 use super::device::CudaDevice;
 use crate::error::Result;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DeviceInfo {
     pub ordinal: usize,
     pub name: String,

@@ -9,6 +9,7 @@ mod index;
 mod matmul;
 mod nn;
 mod reduce;
+mod topk;
 mod view;
 
 pub use create::RandKind;

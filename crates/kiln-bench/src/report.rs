@@ -1,0 +1,46 @@
+//! Provenance recorded with every result: what was measured, where, with which build.
+
+use serde_json::{json, Value};
+
+/// Git commit and dirty flag of the working tree the binary runs in (build-time
+/// values when git is not available there, e.g. on the GPU machine).
+fn git() -> (String, bool) {
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match run(&["rev-parse", "HEAD"]) {
+        Some(c) => {
+            (c, run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty()))
+        }
+        None => (option_env!("KILN_GIT_COMMIT").unwrap_or("unknown").to_string(), false),
+    }
+}
+
+/// Commit, dirty flag, kiln version, host, timestamp, and the device's name, compute
+/// capability, driver, CUDA and NVRTC versions (or "cpu").
+pub fn provenance() -> Value {
+    let (commit, dirty) = git();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+    let timestamp =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let device = match kiln::cuda::availability() {
+        Ok(()) => match kiln::cuda::device(0).and_then(|d| d.info()) {
+            Ok(i) => serde_json::to_value(&i).unwrap_or(Value::Null),
+            Err(e) => json!({ "error": e.to_string() }),
+        },
+        Err(why) => json!({ "name": "cpu", "cuda_unavailable": why }),
+    };
+    json!({
+        "commit": commit,
+        "dirty": dirty,
+        "kiln_version": env!("CARGO_PKG_VERSION"),
+        "host": host,
+        "unix_time": timestamp,
+        "device": device,
+    })
+}
