@@ -26,7 +26,8 @@ enum Cmd {
         #[arg(long, default_value = "cpu")]
         device: String,
     },
-    /// Measure: `--suite runtime` (copy bandwidth, bf16 add, kernel cache, allocator).
+    /// Measure: `--suite cpu` (CPU matmul and add), `runtime` (GPU copy bandwidth, bf16 add,
+    /// kernel cache, allocator).
     Bench {
         #[arg(long, default_value = "runtime")]
         suite: String,
@@ -116,14 +117,19 @@ fn compile_kernels(archs: &str) -> kiln::Result<ExitCode> {
 }
 
 fn bench(suite: &str, json: Option<&std::path::Path>) -> kiln::Result<ExitCode> {
-    if let Err(why) = kiln::cuda::availability() {
-        println!("bench: no CUDA device ({why}); the {suite} suite needs one");
+    let gpu = kiln::cuda::availability();
+    if let (Err(why), true) = (&gpu, suite != "cpu") {
+        println!("bench: no CUDA device ({why}); the {suite} suite needs one (try --suite cpu)");
         return Ok(ExitCode::SUCCESS);
     }
-    let value = match suite {
+    let results = match suite {
+        "cpu" => kiln_bench::cpu::run(1024, 16 << 20, 10)?,
         "runtime" => kiln_bench::runtime::run()?,
-        other => return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime)"))),
+        other => {
+            return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (cpu, runtime)")))
+        }
     };
+    let value = serde_json::json!({ "suite": suite, "provenance": kiln_bench::report::provenance(), "results": results });
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&value).expect("JSON values serialise");
         std::fs::write(path, text)
