@@ -3,6 +3,7 @@
 
 pub mod cpu;
 pub mod fixtures;
+pub mod harness;
 pub mod report;
 pub mod runtime;
 pub mod timing;

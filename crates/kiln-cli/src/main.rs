@@ -26,14 +26,21 @@ enum Cmd {
         #[arg(long, default_value = "cpu")]
         device: String,
     },
-    /// Measure: `--suite cpu` (CPU matmul and add), `runtime` (GPU copy bandwidth, bf16 add,
-    /// kernel cache, allocator).
+    /// Measure op latency, throughput, correctness and memory. Without --suite: a default
+    /// set (about two minutes on a GPU; a reduced CPU set without one, saying why).
     Bench {
-        #[arg(long, default_value = "runtime")]
+        /// cpu, runtime, correctness, default, all.
+        #[arg(long, default_value = "default")]
         suite: String,
+        /// cpu, cuda, cuda:N or auto.
+        #[arg(long, default_value = "auto")]
+        device: String,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Print a table of changes against an earlier result JSON.
+        #[arg(long)]
+        compare: Option<PathBuf>,
     },
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {
@@ -49,7 +56,9 @@ fn main() -> ExitCode {
         Cmd::Info => info(),
         Cmd::Check { fixtures, device } => check(&fixtures, &device),
         Cmd::Kernels { check } => compile_kernels(&check),
-        Cmd::Bench { suite, json } => bench(&suite, json.as_deref()),
+        Cmd::Bench { suite, device, json, compare } => {
+            bench(&suite, &device, json.as_deref(), compare.as_deref())
+        }
     };
     match r {
         Ok(code) => code,
@@ -116,24 +125,39 @@ fn compile_kernels(archs: &str) -> kiln::Result<ExitCode> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn bench(suite: &str, json: Option<&std::path::Path>) -> kiln::Result<ExitCode> {
-    let gpu = kiln::cuda::availability();
-    if let (Err(why), true) = (&gpu, suite != "cpu") {
-        println!("bench: no CUDA device ({why}); the {suite} suite needs one (try --suite cpu)");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let results = match suite {
-        "cpu" => kiln_bench::cpu::run(1024, 16 << 20, 10)?,
-        "runtime" => kiln_bench::runtime::run()?,
-        other => {
-            return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (cpu, runtime)")))
+fn bench(
+    suite: &str,
+    device: &str,
+    json: Option<&std::path::Path>,
+    compare: Option<&std::path::Path>,
+) -> kiln::Result<ExitCode> {
+    use kiln_bench::harness;
+    let device = Device::parse(device)?;
+    let gpu = device.is_cuda() && kiln::cuda::availability().is_ok();
+    let suites: Vec<&str> = match suite {
+        "default" if gpu => harness::DEFAULT_GPU.to_vec(),
+        "default" | "all" if !gpu => {
+            let why = kiln::cuda::availability().err().unwrap_or_else(|| "--device cpu".into());
+            println!("reduced CPU suite: no GPU in use ({why})");
+            harness::DEFAULT_CPU.to_vec()
         }
+        "all" => vec!["cpu", "runtime", "correctness"],
+        one => vec![one],
     };
-    let value = serde_json::json!({ "suite": suite, "provenance": kiln_bench::report::provenance(), "results": results });
+    let doc = harness::run(&suites, device)?;
+    let io = |path: &std::path::Path, e: std::io::Error| kiln::Error::Io {
+        path: path.display().to_string(),
+        source: e,
+    };
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&value).expect("JSON values serialise");
-        std::fs::write(path, text)
-            .map_err(|e| kiln::Error::Io { path: path.display().to_string(), source: e })?;
+        std::fs::write(path, serde_json::to_string_pretty(&doc).expect("JSON values serialise"))
+            .map_err(|e| io(path, e))?;
+    }
+    if let Some(path) = compare {
+        let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
+        let old: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| kiln::Error::File { path: path.display().to_string(), msg: e.to_string() })?;
+        print!("{}", harness::compare(&old, &doc));
     }
     Ok(ExitCode::SUCCESS)
 }
