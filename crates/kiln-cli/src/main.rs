@@ -76,6 +76,17 @@ fn info() -> kiln::Result<ExitCode> {
         Ok(()) => {
             let dev = kiln::cuda::device(0)?;
             println!("{}", dev.info()?);
+            let m = dev.memory_stats();
+            let (free, total) = dev.driver_mem_info()?;
+            println!(
+                "  allocator: {} B live (peak {}), {} B reserved (peak {}); driver: {} of {} B used",
+                m.live_bytes,
+                m.peak_live_bytes,
+                m.reserved_bytes,
+                m.peak_reserved_bytes,
+                total - free,
+                total
+            );
         }
         Err(why) => println!("cuda: not available ({why}); using the CPU"),
     }

@@ -64,11 +64,11 @@ fn binary(cx: &mut Ctx) -> std::result::Result<(), String> {
             let r = (
                 a.transpose(0, 2)
                     .map_err(e)?
-                    .binary(op, &b.t().map_err(e)?.unsqueeze(1).map_err(e)?)
+                    .binary(op, &b.t().map_err(e)?.unsqueeze(-1).map_err(e)?)
                     .map_err(e)?,
                 ac.transpose(0, 2)
                     .map_err(e)?
-                    .binary(op, &bc.t().map_err(e)?.unsqueeze(1).map_err(e)?)
+                    .binary(op, &bc.t().map_err(e)?.unsqueeze(-1).map_err(e)?)
                     .map_err(e)?,
             );
             same(&format!("{op:?} {dt} transposed"), &r.0, &r.1, t)?;
@@ -286,8 +286,8 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
         let ti = Tensor::from_slice(&[0i64, 584, -1, 77, 77], &[5], CPU).map_err(e)?;
         same(
             &format!("take {dt}"),
-            &x.t().map_err(e)?.take(&ti.to_device(cx.gpu).map_err(e)?).map_err(e)?,
-            &xc.t().map_err(e)?.take(&ti).map_err(e)?,
+            &x.transpose(0, 2).map_err(e)?.take(&ti.to_device(cx.gpu).map_err(e)?).map_err(e)?,
+            &xc.transpose(0, 2).map_err(e)?.take(&ti).map_err(e)?,
             0.0,
         )?;
         let (src, srcc) = cx.pair(&[5], dt, 3.0).map_err(e)?;

@@ -1,16 +1,27 @@
-//! Host memory for CPU tensors: bytes aligned to 8 so every dtype can be viewed in place.
+//! Host memory for CPU tensors. Kernels produce `Vec<T>`; keeping it in a word vector
+//! of T's size and alignment (no copy) is what makes the CPU backend memory-bound
+//! rather than copy-bound. Raw bytes are stored 8-aligned so any dtype can view them.
 
 use crate::dtype::Elem;
+use bytemuck::allocation::try_cast_vec;
+
+#[derive(Clone, Debug)]
+enum Words {
+    W1(Vec<u8>),
+    W2(Vec<u16>),
+    W4(Vec<u32>),
+    W8(Vec<u64>),
+}
 
 #[derive(Clone, Debug)]
 pub struct CpuBuffer {
-    words: Vec<u64>,
+    words: Words,
     len: usize,
 }
 
 impl CpuBuffer {
     pub fn zeroed(len_bytes: usize) -> Self {
-        CpuBuffer { words: vec![0; len_bytes.div_ceil(8)], len: len_bytes }
+        CpuBuffer { words: Words::W8(vec![0; len_bytes.div_ceil(8)]), len: len_bytes }
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Self {
@@ -19,8 +30,20 @@ impl CpuBuffer {
         b
     }
 
+    /// Takes ownership of `v` without copying when a word type of `T`'s size and
+    /// alignment exists (every dtype but complex64, which is copied).
     pub fn from_vec<T: Elem>(v: Vec<T>) -> Self {
-        Self::from_bytes(bytemuck::cast_slice(&v))
+        let len = v.len() * std::mem::size_of::<T>();
+        let words = match std::mem::size_of::<T>() {
+            1 => try_cast_vec::<T, u8>(v).map(Words::W1),
+            2 => try_cast_vec::<T, u16>(v).map(Words::W2),
+            4 => try_cast_vec::<T, u32>(v).map(Words::W4),
+            _ => try_cast_vec::<T, u64>(v).map(Words::W8),
+        };
+        match words {
+            Ok(words) => CpuBuffer { words, len },
+            Err((_, v)) => Self::from_bytes(bytemuck::cast_slice(&v)),
+        }
     }
 
     pub fn len_bytes(&self) -> usize {
@@ -28,19 +51,49 @@ impl CpuBuffer {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        let all: &[u8] = match &self.words {
+            Words::W1(w) => w,
+            Words::W2(w) => bytemuck::cast_slice(w),
+            Words::W4(w) => bytemuck::cast_slice(w),
+            Words::W8(w) => bytemuck::cast_slice(w),
+        };
+        &all[..self.len]
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.len;
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..len]
+        let all: &mut [u8] = match &mut self.words {
+            Words::W1(w) => w,
+            Words::W2(w) => bytemuck::cast_slice_mut(w),
+            Words::W4(w) => bytemuck::cast_slice_mut(w),
+            Words::W8(w) => bytemuck::cast_slice_mut(w),
+        };
+        &mut all[..len]
     }
 
+    /// The elements as `T`; the buffer's words are at least as aligned as `T` because
+    /// buffers are only ever viewed as the dtype they were made for (or as bytes).
     pub fn as_slice<T: Elem>(&self) -> &[T] {
         bytemuck::cast_slice(self.bytes())
     }
 
     pub fn as_mut_slice<T: Elem>(&mut self) -> &mut [T] {
         bytemuck::cast_slice_mut(self.bytes_mut())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vec_keeps_values_for_every_width() {
+        let b = CpuBuffer::from_vec(vec![1.5f32, -2.0]);
+        assert_eq!(b.as_slice::<f32>(), [1.5, -2.0]);
+        let c = CpuBuffer::from_vec(vec![num_complex::Complex32::new(1.0, 2.0)]);
+        assert_eq!(c.as_slice::<num_complex::Complex32>()[0].im, 2.0);
+        let h = CpuBuffer::from_vec(vec![half::bf16::ONE; 3]);
+        assert_eq!(h.len_bytes(), 6);
+        assert_eq!(CpuBuffer::from_bytes(&[1, 2, 3]).bytes(), [1, 2, 3]);
     }
 }

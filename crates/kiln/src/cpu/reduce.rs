@@ -52,7 +52,11 @@ pub fn reduce(op: ReduceOp, x: &CpuBuffer, dt: DType, outer: usize, r: usize, ou
                 rows(x, r, outer, |row| {
                     let it = row.iter().map(|v| v.to_f64());
                     match op {
-                        Sum => O::from_complex(it.sum(), row.iter().map(|v| v.im()).sum()),
+                        // fold from +0.0: Rust's f64 `sum` starts at -0.0, PyTorch's empty sum is 0.
+                        Sum => O::from_complex(
+                            it.fold(0.0, |a, b| a + b),
+                            row.iter().fold(0.0, |a, v| a + v.im()),
+                        ),
                         Prod => O::from_f64(it.product()),
                         Mean => O::from_f64(it.sum::<f64>() / r as f64),
                         Max => O::from_f64(arg_extreme(it, true).1),

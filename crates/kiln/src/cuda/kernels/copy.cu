@@ -81,8 +81,8 @@ __device__ Val load(const void* p, int dt, i64 o) {
 
 __device__ double as_double(Val v) { return v.kind == 0 ? v.f : (v.kind == 2 ? (double)(u64)v.i : (double)v.i); }
 
-// Float → integer truncates toward zero, like PyTorch's casts.
-__device__ i64 as_int(Val v) { return v.kind == 0 ? (i64)v.f : v.i; }
+// Float → integer truncates toward zero (saturating; NaN gives 0), like the CPU backend.
+__device__ i64 as_int(Val v) { return v.kind == 0 ? (v.f != v.f ? 0 : (i64)v.f) : v.i; }
 
 __device__ void store(void* p, int dt, i64 o, Val v) {
     switch (dt) {
@@ -90,7 +90,7 @@ __device__ void store(void* p, int dt, i64 o, Val v) {
     case 1: ((unsigned char*)p)[o] = (unsigned char)as_int(v); break;
     case 2: ((unsigned short*)p)[o] = (unsigned short)as_int(v); break;
     case 3: ((unsigned int*)p)[o] = (unsigned int)as_int(v); break;
-    case 4: ((u64*)p)[o] = v.kind == 0 ? (u64)v.f : (u64)v.i; break;
+    case 4: ((u64*)p)[o] = v.kind == 0 ? (v.f != v.f ? 0 : (u64)v.f) : (u64)v.i; break;
     case 5: ((signed char*)p)[o] = (signed char)as_int(v); break;
     case 6: ((short*)p)[o] = (short)as_int(v); break;
     case 7: ((int*)p)[o] = (int)as_int(v); break;

@@ -22,13 +22,7 @@ use std::sync::Arc;
 
 macro_rules! kernel_source {
     ($name:literal) => {
-        KernelSource {
-            name: $name,
-            src: concat!(
-                include_str!("../kernels/common.cuh"),
-                include_str!(concat!("../kernels/", $name, ".cu"))
-            ),
-        }
+        KernelSource { name: $name, src: include_str!(concat!("../kernels/", $name, ".cu")) }
     };
 }
 
