@@ -6,7 +6,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/kiln-out}
 LOG=/tmp/kiln-logs
 mkdir -p "$OUT" "$LOG"
-export KILN_FIXTURES="$PWD/.gpu/fixtures" KILN_CACHE_DIR=/tmp/kiln-cache
+export KILN_FIXTURES="$PWD/.gpu/fixtures" KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT="$(cat .gpu/COMMIT)"
 declare -a rows
 run() { # name, command...
   local name=$1; shift

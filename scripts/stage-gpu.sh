@@ -20,5 +20,6 @@ cp -r ../shared/fixtures/models .gpu/fixtures/ 2>/dev/null || true
 [ -d bench ] && cp bench/*.py .gpu/ 2>/dev/null || true
 strip .gpu/kiln .gpu/tests/* 2>/dev/null || true
 cp scripts/gpu-test.sh .gpu/
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" > .gpu/COMMIT
 du -sh .gpu
 ls .gpu/tests

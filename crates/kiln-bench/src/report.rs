@@ -13,11 +13,16 @@ fn git() -> (String, bool) {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
+    // The GPU machine runs a copy without .git: scripts/stage-gpu.sh passes the commit.
+    if let Ok(c) = std::env::var("KILN_COMMIT") {
+        let dirty = c.ends_with("-dirty");
+        return (c.trim_end_matches("-dirty").to_string(), dirty);
+    }
     match run(&["rev-parse", "HEAD"]) {
         Some(c) => {
             (c, run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty()))
         }
-        None => (option_env!("KILN_GIT_COMMIT").unwrap_or("unknown").to_string(), false),
+        None => ("unknown".to_string(), false),
     }
 }
 
