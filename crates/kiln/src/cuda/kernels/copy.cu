@@ -25,7 +25,7 @@ __device__ unsigned char f32_to_e4m3(float x) {
 __device__ float e4m3_to_f32(unsigned char b) {
     float s = (b & 0x80) ? -1.f : 1.f;
     int e = (b >> 3) & 0xF, m = b & 7;
-    if (e == 15 && m == 7) return s * kiln_nan();
+    if (e == 15 && m == 7) return copysignf(kiln_nan(), s); // keep the sign, as the CPU does
     float mag = e == 0 ? m * 0.001953125f : (1.f + m / 8.f) * ldexpf(1.f, e - 7);
     return s * mag;
 }

@@ -131,7 +131,7 @@ pub fn put(
     let i64s = as_i64(idx, li, idt)?;
     let name = if accumulate {
         let s = match dt {
-            DType::I64 | DType::U64 => "u64",
+            DType::I64 | DType::U64 => "i64",
             DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I32 => suffix("put_", dt)?,
             _ => {
                 return Err(Error::NotImplemented {
