@@ -33,6 +33,9 @@ enum Cmd {
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// PyTorch peer of suites that have one: torch (required) or none; default: run it if it can.
+        #[arg(long)]
+        peer: Option<String>,
     },
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {
@@ -48,7 +51,7 @@ fn main() -> ExitCode {
         Cmd::Info => info(),
         Cmd::Check { fixtures, device } => check(&fixtures, &device),
         Cmd::Kernels { check } => compile_kernels(&check),
-        Cmd::Bench { suite, json } => bench(&suite, json.as_deref()),
+        Cmd::Bench { suite, json, peer } => bench(&suite, json.as_deref(), peer.as_deref()),
     };
     match r {
         Ok(code) => code,
@@ -115,13 +118,14 @@ fn compile_kernels(archs: &str) -> kiln::Result<ExitCode> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn bench(suite: &str, json: Option<&std::path::Path>) -> kiln::Result<ExitCode> {
+fn bench(suite: &str, json: Option<&std::path::Path>, peer: Option<&str>) -> kiln::Result<ExitCode> {
     if let Err(why) = kiln::cuda::availability() {
         println!("bench: no CUDA device ({why}); the {suite} suite needs one");
         return Ok(ExitCode::SUCCESS);
     }
     let value = match suite {
         "runtime" => kiln_bench::runtime::run()?,
+        "linear" => kiln_bench::linear::run(peer)?,
         other => return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime)"))),
     };
     if let Some(path) = json {
