@@ -36,24 +36,25 @@ pub fn correctness(device: Device) -> Result<Value> {
 }
 
 /// Runs one named suite.
-pub fn run_suite(name: &str, device: Device) -> Result<Value> {
+pub fn run_suite(name: &str, device: Device, peer: Option<&str>) -> Result<Value> {
     match name {
         "cpu" => crate::cpu::run(1024, 16 << 20, 10),
         "runtime" => crate::runtime::run(),
         "correctness" => correctness(device),
+        "linear" => crate::linear::run(peer),
         other => Err(Error::invalid(
             "bench",
-            format!("unknown suite {other:?} (cpu, runtime, correctness, default, all)"),
+            format!("unknown suite {other:?} (cpu, runtime, linear, correctness, default, all)"),
         )),
     }
 }
 
 /// Runs `suites` and returns the whole result document.
-pub fn run(suites: &[&str], device: Device) -> Result<Value> {
+pub fn run(suites: &[&str], device: Device, peer: Option<&str>) -> Result<Value> {
     let mut out = serde_json::Map::new();
     for s in suites {
         println!("== {s}");
-        out.insert(s.to_string(), run_suite(s, device)?);
+        out.insert(s.to_string(), run_suite(s, device, peer)?);
     }
     Ok(json!({ "schema": SCHEMA, "provenance": provenance(), "suites": out }))
 }

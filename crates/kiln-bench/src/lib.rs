@@ -4,6 +4,7 @@
 pub mod cpu;
 pub mod fixtures;
 pub mod harness;
+pub mod linear;
 pub mod report;
 pub mod runtime;
 pub mod timing;

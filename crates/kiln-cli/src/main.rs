@@ -41,6 +41,9 @@ enum Cmd {
         /// Print a table of changes against an earlier result JSON.
         #[arg(long)]
         compare: Option<PathBuf>,
+        /// PyTorch peer of suites that have one: torch (required) or none; default: run it if it can.
+        #[arg(long)]
+        peer: Option<String>,
     },
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {
@@ -56,8 +59,8 @@ fn main() -> ExitCode {
         Cmd::Info => info(),
         Cmd::Check { fixtures, device } => check(&fixtures, &device),
         Cmd::Kernels { check } => compile_kernels(&check),
-        Cmd::Bench { suite, device, json, compare } => {
-            bench(&suite, &device, json.as_deref(), compare.as_deref())
+        Cmd::Bench { suite, device, json, compare, peer } => {
+            bench(&suite, &device, json.as_deref(), compare.as_deref(), peer.as_deref())
         }
     };
     match r {
@@ -141,6 +144,7 @@ fn bench(
     device: &str,
     json: Option<&std::path::Path>,
     compare: Option<&std::path::Path>,
+    peer: Option<&str>,
 ) -> kiln::Result<ExitCode> {
     use kiln_bench::harness;
     let device = Device::parse(device)?;
@@ -155,7 +159,7 @@ fn bench(
         "all" => vec!["cpu", "runtime", "correctness"],
         one => vec![one],
     };
-    let doc = harness::run(&suites, device)?;
+    let doc = harness::run(&suites, device, peer)?;
     let io = |path: &std::path::Path, e: std::io::Error| kiln::Error::Io {
         path: path.display().to_string(),
         source: e,

@@ -6,7 +6,7 @@ use crate::cpu::CpuBuffer;
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
 use crate::storage::Storage;
-use crate::{DType, Tensor};
+use crate::{DType, Device, Tensor};
 
 impl Tensor {
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
@@ -16,6 +16,12 @@ impl Tensor {
         }
         if self.rank() == 0 || rhs.rank() == 0 {
             return Err(Error::invalid("matmul", "both arguments need at least one dimension"));
+        }
+        // Up to 8 rows against a transposed contiguous [N, K] weight (`x @ w.t()`): GEMV.
+        if rhs.rank() == 2 {
+            if let Some(y) = self.gemv(&rhs.t()?, None)? {
+                return Ok(y);
+            }
         }
         // Lift 1-D operands to matrices, remembering which dims to drop afterwards.
         let a = if self.rank() == 1 { self.unsqueeze(0)? } else { self.clone() };
@@ -62,11 +68,45 @@ impl Tensor {
                 format!("weight must be 2-D [out, in], got {:?}", weight.shape()),
             ));
         }
+        if let Some(y) = self.gemv(weight, bias)? {
+            return Ok(y);
+        }
         let y = self.matmul(&weight.t()?)?;
         match bias {
             Some(b) => y.add(b),
             None => Ok(y),
         }
+    }
+
+    /// The CUDA GEMV path of `linear` and `matmul` (`cuda/ops/gemv.rs`): `None` sends the
+    /// call to the general path, which also reports any shape / dtype / device error.
+    fn gemv(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>> {
+        let (Device::Cuda(_), Some(&k)) = (self.device, self.shape().last()) else { return Ok(None) };
+        let n = weight.shape()[0];
+        let same = |t: &Tensor| t.device == self.device && t.dtype == self.dtype;
+        let bias_fits = bias.is_none_or(|b| same(b) && b.shape() == [n]);
+        if !same(weight) || weight.shape()[1] != k || !bias_fits {
+            return Ok(None);
+        }
+        let rows = self.numel().checked_div(k).unwrap_or(0);
+        if let Some(why) = crate::cuda::ops::gemv::declines(rows, n, k, &weight.layout, self.dtype) {
+            tracing::debug!("linear {rows}x[{n}, {k}] {}: cuBLAS path ({why})", self.dtype);
+            return Ok(None);
+        }
+        let bias_storage = bias.map(|b| b.read());
+        let bias_arg = match (bias_storage.as_deref(), bias) {
+            (Some(Storage::Cuda(b)), Some(bt)) => Some((b, &bt.layout)),
+            _ => None,
+        };
+        let buf = match (&*self.read(), &*weight.read()) {
+            (Storage::Cuda(x), Storage::Cuda(w)) => {
+                crate::cuda::ops::gemv::linear(x, &self.layout, w, &weight.layout, bias_arg, self.dtype)?
+            }
+            _ => unreachable!("devices checked above"),
+        };
+        let mut shape = self.shape()[..self.rank() - 1].to_vec();
+        shape.push(n);
+        Ok(Some(Tensor::from_storage(Storage::Cuda(buf), &shape, self.dtype, self.device)))
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod copy;
 mod elementwise;
+pub mod gemv;
 mod index;
 mod matmul;
 mod reduce;
@@ -32,9 +33,10 @@ pub(crate) const INDEX: KernelSource = kernel_source!("index");
 pub(crate) const REDUCE: KernelSource = kernel_source!("reduce");
 pub(crate) const SOFTMAX: KernelSource = kernel_source!("softmax");
 pub(crate) const NORM: KernelSource = kernel_source!("norm");
+pub(crate) const GEMV: KernelSource = kernel_source!("gemv");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
-pub const ALL_SOURCES: &[KernelSource] = &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM];
+pub const ALL_SOURCES: &[KernelSource] = &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM, GEMV];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
 pub(crate) fn suffix(op: &'static str, dt: DType) -> Result<&'static str> {

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""PyTorch peer of `kiln bench --suite linear`: F.linear over the shapes given as JSON on
+stdin, timed exactly as the kiln suite times them, printing one JSON object.
+
+Input (written by crates/kiln-bench/src/linear.rs):
+  {"rows": 1, "dtype": "bfloat16", "reps": 20,
+   "shapes": [{"name": "...", "n": N, "k": K, "bias": true, "copies": C, "calls": S}, ...]}
+Method per shape: C copies of weight [N, K] (and bias [N]) so that the working set exceeds
+the 50 MB L2; one CUDA graph captures S calls F.linear(x, w[i % C], b[i % C]); after one
+warm-up replay, `reps` replays are each timed with CUDA events; the figure is the median
+replay time / S.
+Output: {"torch": version, "device": name, "results": [{"name", "us", "min_us"}, ...]}.
+"""
+
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def time_shape(spec, rows, dtype, reps):
+    n, k, copies, calls = spec["n"], spec["k"], spec["copies"], spec["calls"]
+    dev = torch.device("cuda")
+    ws = [torch.randn(n, k, device=dev, dtype=dtype) for _ in range(copies)]
+    bs = [torch.randn(n, device=dev, dtype=dtype) if spec["bias"] else None for _ in range(copies)]
+    x = torch.randn(rows, k, device=dev, dtype=dtype)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(min(copies, 3)):  # warm-up: cuBLAS handles and workspaces
+            F.linear(x, ws[i], bs[i])
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            F.linear(x, ws[i % copies], bs[i % copies])
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1e3 / calls)
+    samples.sort()
+    del graph, ws, bs
+    torch.cuda.empty_cache()
+    return samples[len(samples) // 2], samples[0]
+
+
+def main():
+    spec = json.load(sys.stdin)
+    dtype = getattr(torch, spec.get("dtype", "bfloat16"))
+    rows, reps = spec.get("rows", 1), spec.get("reps", 20)
+    results = []
+    for s in spec["shapes"]:
+        us, min_us = time_shape(s, rows, dtype, reps)
+        results.append({"name": s["name"], "us": us, "min_us": min_us})
+    print(json.dumps({
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0),
+        "results": results,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+// Decode-time linear: out[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) for 1-8 rows of x
+// against a row-major weight [N, K] (F.linear's layout); f32 accumulation, bias fused, one
+// rounding to the output type.
+//
+// Floor. The weight is read once, so time >= (N*K + M*K + N + M*N) * size / 4.1 TB/s:
+//   Llama-3.1-8B lm_head 128256 x 4096 bf16   1.05 GB   256 us
+//   Llama-3.1-8B gate     14336 x 4096 bf16    117 MB  28.6 us
+//   Llama-3.1-8B q_proj    4096 x 4096 bf16   33.6 MB   8.2 us
+//   Qwen3-30B-A3B router    128 x 2048 bf16   0.52 MB  0.13 us (so launch + one DRAM
+//                                                       round trip, ~2 us, is the real floor)
+// 2*M*N*K FLOPs are at most 16 per weight element (M = 8): far below the FP32 rate, so the
+// weight stream rules and the kernel's job is to keep enough 16-byte loads in flight.
+//
+// One template; cuda/ops/gemv.rs picks the variant (its policy table):
+//   VB  bytes per load: 16 (8 bf16/f16 or 4 f32), or 8 / 4 / 2 when K or a pointer is not
+//       16-byte aligned (K % E == 0 always holds for the VB chosen, so there is no tail);
+//   R   output rows per warp: each x load serves R weight rows;
+//   U   loads in flight per thread and row (unrolled): R*U weight loads pending per thread;
+//   MM  x rows compiled for (1, 2, 4, 8); rows m >= M re-read row M-1 and are not stored;
+// and at run time
+//   G   warps per row group, splitting K between them (split-K inside the block): their
+//       partial sums meet in shared memory in a fixed order, so the result is
+//       deterministic and there is one launch. Small N uses it to put enough warps to work;
+//   blockDim.x / 32 warps per block (a multiple of G, at most GEMV_MAX_WARPS).
+// The 32 lanes of a warp read consecutive VB-byte pieces of a row (coalesced) and the G
+// warps of a group interleave over K. Weight loads bypass L1 (each byte is read once) and
+// ask L2 for 256-byte fetches; x loads go through L1, where every warp of the SM finds them.
+
+#define GEMV_MAX_WARPS 16
+
+template <int VB> struct Raw { unsigned int w[VB >= 4 ? VB / 4 : 1]; };
+
+// Q: cache qualifiers of the load.
+#define KILN_GEMV_LOAD(NAME, Q)                                                                    \
+    template <int VB> __device__ __forceinline__ Raw<VB> NAME(const char* p) {                     \
+        Raw<VB> r;                                                                                 \
+        if constexpr (VB == 16) {                                                                  \
+            asm("ld.global.nc" Q ".v4.u32 {%0, %1, %2, %3}, [%4];"                                 \
+                : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3]) : "l"(p));                \
+        } else if constexpr (VB == 8) {                                                            \
+            asm("ld.global.nc" Q ".v2.u32 {%0, %1}, [%2];" : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p)); \
+        } else if constexpr (VB == 4) {                                                            \
+            asm("ld.global.nc" Q ".u32 %0, [%1];" : "=r"(r.w[0]) : "l"(p));                        \
+        } else {                                                                                   \
+            unsigned short h;                                                                      \
+            asm("ld.global.nc" Q ".u16 %0, [%1];" : "=h"(h) : "l"(p));                             \
+            r.w[0] = h;                                                                            \
+        }                                                                                          \
+        return r;                                                                                  \
+    }
+KILN_GEMV_LOAD(ld_weight, ".L1::no_allocate.L2::256B")
+KILN_GEMV_LOAD(ld_x, "")
+
+// Element e of a load as float (16-bit types: two per 32-bit word, low half first).
+template <typename T, int VB> __device__ __forceinline__ float elem(const Raw<VB>& r, int e) {
+    if constexpr (sizeof(T) == 4) {
+        return __uint_as_float(r.w[e]);
+    } else {
+        T v;
+        v.x = (unsigned short)(r.w[e >> 1] >> (16 * (e & 1)));
+        return up<float>(v);
+    }
+}
+
+// U pieces (step apart from piece c, of kc per row) of R weight rows against MM x rows.
+// All R*U weight loads are issued before any is used. TAIL: some of the U pieces may lie
+// past the row; they load piece kc-1 instead (so loads stay unconditional and in flight
+// together) and are not added.
+template <typename T, int VB, int R, int U, int MM, bool TAIL>
+__device__ __forceinline__ void accumulate(const char* const (&wr)[R], const char* const (&xr)[MM], int c,
+                                           int step, int kc, float (&acc)[R][MM]) {
+    constexpr int E = VB / (int)sizeof(T);
+    Raw<VB> wv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int cu = TAIL ? min(c + u * step, kc - 1) : c + u * step;
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[u][r] = ld_weight<VB>(wr[r] + (i64)cu * VB);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        if (TAIL && c + u * step >= kc) break;
+#pragma unroll
+        for (int m = 0; m < MM; ++m) {
+            const Raw<VB> xv = ld_x<VB>(xr[m] + (i64)(c + u * step) * VB);
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const float xe = elem<T>(xv, e);
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r][m] = fmaf(elem<T>(wv[u][r], e), xe, acc[r][m]);
+            }
+        }
+    }
+}
+
+template <typename T, int VB, int R, int U, int MM>
+__device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bias, i64 bs, T* out,
+                                     int M, int N, int K, int G) {
+    __shared__ float part[GEMV_MAX_WARPS][R * MM];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % G;
+    const int groups = (int)(blockDim.x >> 5) / G;
+    const i64 n0 = ((i64)blockIdx.x * groups + warp / G) * R;
+    const int kc = K / (VB / (int)sizeof(T)), step = 32 * G;
+
+    // Rows past N (last block) re-read row N-1: no divergence, nothing stored.
+    const char* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wr[r] = (const char*)(w + (n0 + r < N ? n0 + r : (i64)N - 1) * (i64)K);
+    const char* xr[MM];
+#pragma unroll
+    for (int m = 0; m < MM; ++m) xr[m] = (const char*)(x + (i64)(m < M ? m : M - 1) * xs);
+
+    float acc[R][MM];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < MM; ++m) acc[r][m] = 0.f;
+    int c = g * 32 + lane;
+    for (; c + (U - 1) * step < kc; c += U * step) accumulate<T, VB, R, U, MM, false>(wr, xr, c, step, kc, acc);
+    if (c < kc) accumulate<T, VB, R, U, MM, true>(wr, xr, c, step, kc, acc);
+
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < MM; ++m) acc[r][m] = warp_sum(acc[r][m]);
+    if (G > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int m = 0; m < MM; ++m) part[warp][r * MM + m] = acc[r][m];
+        }
+        __syncthreads();
+    }
+    if (g != 0) return;
+    // The group's first warp stores: lane r*MM + m writes out[m, n0 + r].
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int m = 0; m < MM; ++m) {
+            const i64 n = n0 + r;
+            if (lane == r * MM + m && n < N && m < M) {
+                float s = acc[r][m];
+                for (int j = 1; j < G; ++j) s += part[warp + j][r * MM + m];
+                if (bias) s += up<float>(bias[n * bs]);
+                out[(i64)m * N + n] = down<T>(s);
+            }
+        }
+    }
+}
+
+// gemv_<dtype>_b<VB>_r<R>_u<U>_m<MM>; cuda/ops/gemv.rs lists the same tiles (TILES).
+#define KILN_GEMV(S, T, VB, R, U, MM)                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
+        gemv_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,       \
+                                               i64 bs, T* out, int M, int N, int K, int G) {        \
+        gemv<T, VB, R, U, MM>(x, xs, w, bias, bs, out, M, N, K, G);                               \
+    }
+#define KILN_GEMV_TILE(S, T, VB, R, U) \
+    KILN_GEMV(S, T, VB, R, U, 1) KILN_GEMV(S, T, VB, R, U, 2) KILN_GEMV(S, T, VB, R, U, 4) KILN_GEMV(S, T, VB, R, U, 8)
+#define KILN_GEMV_TILES(S, T)                                                                      \
+    KILN_GEMV_TILE(S, T, 16, 1, 4) KILN_GEMV_TILE(S, T, 16, 1, 8) KILN_GEMV_TILE(S, T, 16, 2, 4)   \
+    KILN_GEMV_TILE(S, T, 16, 4, 2) KILN_GEMV_TILE(S, T, 8, 1, 4) KILN_GEMV_TILE(S, T, 4, 1, 4)
+KILN_GEMV_TILES(bf16, kbf)
+KILN_GEMV_TILES(f16, kh)
+KILN_GEMV_TILES(f32, float)
+KILN_GEMV_TILE(bf16, kbf, 2, 1, 4)
+KILN_GEMV_TILE(f16, kh, 2, 1, 4)

@@ -1,0 +1,361 @@
+//! Decode-time `linear`: 1–8 rows of x against a contiguous row-major weight [N, K], bias
+//! fused (`kernels/gemv.cu`, whose header gives the floor). [`TABLE`] is the one place
+//! that picks a kernel variant per shape.
+//!
+//! Tuning: `KILN_GEMV_VARIANT=b16_r2_u4_g1_w4` (or [`force`]) forces one variant on
+//! every call; `kiln bench --suite linear` prints the variant each shape ran with, and with
+//! `KILN_GEMV_SWEEP=1` times every [`candidates`] variant per shape. Edit [`TABLE`] from that.
+
+use super::{copy, dev_of, suffix, GEMV};
+use crate::cuda::{DeviceBuffer, LaunchConfig, PushKernelArg};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::DType;
+use std::sync::{OnceLock, RwLock};
+
+/// The most x rows (after flattening leading dims) a GEMV kernel serves; more go to cuBLAS.
+pub const MAX_ROWS: usize = 8;
+
+/// `GEMV_MAX_WARPS` of gemv.cu.
+const MAX_WARPS: u8 = 16;
+
+/// Compiled (load bytes, rows per warp, unroll) tiles: `KILN_GEMV_TILE(S)` lines of gemv.cu.
+/// Each exists for 1, 2, 4 and 8 x rows; the 2-byte tile only for f16 / bf16.
+pub const TILES: &[(u8, u8, u8)] =
+    &[(16, 1, 4), (16, 1, 8), (16, 2, 4), (16, 4, 2), (8, 1, 4), (4, 1, 4), (2, 1, 4)];
+
+/// One kernel variant, written `b{vec}_r{rows}_u{unroll}_g{split}_w{warps}` (e.g.
+/// `b16_r1_u4_g8_w8`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    /// Bytes per load (16; narrower only when K or a pointer is not 16-byte aligned).
+    pub vec: u8,
+    /// Output rows per warp (each x load serves them all).
+    pub rows: u8,
+    /// Loads in flight per thread and row.
+    pub unroll: u8,
+    /// Warps splitting K for one row group (split-K inside the block).
+    pub split: u8,
+    /// Warps per block: a multiple of `split`, at most 16.
+    pub warps: u8,
+}
+
+impl Variant {
+    pub const fn new(vec: u8, rows: u8, unroll: u8, split: u8, warps: u8) -> Variant {
+        Variant { vec, rows, unroll, split, warps }
+    }
+
+    /// Output rows one block computes.
+    fn rows_per_block(self) -> usize {
+        (self.warps / self.split) as usize * self.rows as usize
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "b{}_r{}_u{}_g{}_w{}", self.vec, self.rows, self.unroll, self.split, self.warps)
+    }
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Variant, String> {
+        let bad = || format!("{s:?} is not a GEMV variant like b16_r2_u4_g1_w4");
+        let mut it = s.trim().split('_');
+        let mut field = |prefix: char| -> std::result::Result<u8, String> {
+            it.next().and_then(|f| f.strip_prefix(prefix)).and_then(|v| v.parse().ok()).ok_or_else(bad)
+        };
+        let v = Variant::new(field('b')?, field('r')?, field('u')?, field('g')?, field('w')?);
+        if it.next().is_some() {
+            return Err(bad());
+        }
+        if !TILES.contains(&(v.vec, v.rows, v.unroll)) {
+            return Err(format!(
+                "{s}: no compiled tile b{}_r{}_u{} (tiles: {TILES:?})",
+                v.vec, v.rows, v.unroll
+            ));
+        }
+        if v.warps == 0 || v.warps > MAX_WARPS || v.split == 0 || !v.warps.is_multiple_of(v.split) {
+            return Err(format!("{s}: warps must be 1..={MAX_WARPS} and a multiple of split"));
+        }
+        Ok(v)
+    }
+}
+
+/// One row of the policy table: applies when x rows <= `max_rows`, N <= `max_n` and
+/// K >= `min_k`.
+#[derive(Clone, Copy, Debug)]
+pub struct Rule {
+    pub max_rows: usize,
+    pub max_n: usize,
+    pub min_k: usize,
+    pub variant: Variant,
+}
+
+const fn rule(max_rows: usize, max_n: usize, min_k: usize, variant: Variant) -> Rule {
+    Rule { max_rows, max_n, min_k, variant }
+}
+
+/// THE policy table (all dtypes; first match wins; [`DEFAULT`] when none does). Starting
+/// points from the design, for the lead to tune from `KILN_GEMV_SWEEP=1` bench output
+/// (H200: 132 SMs, up to 64 resident warps each):
+/// - tiny N (router 128×2048, in_proj_a/b 32×2048): one row per block, K split over 8–16
+///   warps, so each thread has ~1 load and the call is one DRAM round trip;
+/// - small N (KV projections, ≤ 1024): K split over 4 warps so ≥ 2000 warps stream;
+/// - medium N (≤ 4096): K split in 2, 8 loads in flight per thread;
+/// - large N (MLP, lm_head): a warp per 2 rows streams whole rows.
+///
+/// More x rows favour more output rows per warp, which re-use each x load.
+pub const TABLE: &[Rule] = &[
+    rule(2, 64, 0, Variant::new(16, 1, 4, 16, 16)),
+    rule(2, 256, 0, Variant::new(16, 1, 4, 8, 8)),
+    rule(2, 1024, 0, Variant::new(16, 1, 4, 4, 8)),
+    rule(2, 4096, 0, Variant::new(16, 1, 8, 2, 8)),
+    rule(2, usize::MAX, 0, Variant::new(16, 2, 4, 1, 4)),
+    rule(MAX_ROWS, 256, 0, Variant::new(16, 2, 4, 8, 8)),
+    rule(MAX_ROWS, 1024, 0, Variant::new(16, 2, 4, 4, 8)),
+];
+
+/// When no rule of [`TABLE`] matches.
+pub const DEFAULT: Variant = Variant::new(16, 4, 2, 1, 4);
+
+/// Forced variant: `KILN_GEMV_VARIANT` at first use, then [`force`]. An invalid
+/// environment value is kept as the error every call reports.
+fn override_slot() -> &'static RwLock<std::result::Result<Option<Variant>, String>> {
+    static SLOT: OnceLock<RwLock<std::result::Result<Option<Variant>, String>>> = OnceLock::new();
+    SLOT.get_or_init(|| {
+        RwLock::new(match std::env::var("KILN_GEMV_VARIANT") {
+            Ok(s) if !s.trim().is_empty() => {
+                s.parse().map(Some).map_err(|e| format!("KILN_GEMV_VARIANT: {e}"))
+            }
+            _ => Ok(None),
+        })
+    })
+}
+
+/// Forces `v` on every GEMV call of this process until the returned guard is dropped,
+/// which restores the previous override; for tests and variant sweeps.
+pub fn force(v: Variant) -> Forced {
+    let mut slot = override_slot().write().unwrap_or_else(|e| e.into_inner());
+    Forced { previous: std::mem::replace(&mut *slot, Ok(Some(v))) }
+}
+
+/// Guard of [`force`].
+pub struct Forced {
+    previous: std::result::Result<Option<Variant>, String>,
+}
+
+impl Drop for Forced {
+    fn drop(&mut self) {
+        let previous = std::mem::replace(&mut self.previous, Ok(None));
+        *override_slot().write().unwrap_or_else(|e| e.into_inner()) = previous;
+    }
+}
+
+/// The variant for `rows` × [N, K]: the override, else the first matching [`TABLE`] rule.
+/// At launch a narrower load replaces a 16-byte one when alignment demands it.
+pub fn choose(rows: usize, n: usize, k: usize) -> Result<Variant> {
+    let forced = override_slot().read().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(v) = forced.map_err(|e| Error::invalid("linear", e))? {
+        return Ok(v);
+    }
+    let hit = TABLE.iter().find(|r| rows <= r.max_rows && n <= r.max_n && k >= r.min_k);
+    Ok(hit.map_or(DEFAULT, |r| r.variant))
+}
+
+/// Variants a sweep times: every 16-byte tile with every (split, warps) layout.
+pub fn candidates() -> Vec<Variant> {
+    let layouts =
+        [(1, 2), (1, 4), (2, 4), (4, 4), (1, 8), (2, 8), (4, 8), (8, 8), (4, 16), (8, 16), (16, 16)];
+    TILES
+        .iter()
+        .filter(|t| t.0 == 16)
+        .flat_map(|&(vec, rows, unroll)| {
+            layouts.iter().map(move |&(split, warps)| Variant::new(vec, rows, unroll, split, warps))
+        })
+        .collect()
+}
+
+/// Why `rows` × [N, K] with weight layout `wl` goes to cuBLAS instead of a GEMV kernel
+/// (`None`: it takes one).
+pub fn declines(rows: usize, n: usize, k: usize, wl: &Layout, dt: DType) -> Option<&'static str> {
+    if !matches!(dt, DType::F32 | DType::F16 | DType::BF16) {
+        Some("dtype other than f32 / f16 / bf16")
+    } else if rows == 0 || rows > MAX_ROWS {
+        Some("x rows outside 1..=8")
+    } else if n == 0 || k == 0 {
+        Some("empty weight")
+    } else if n > i32::MAX as usize || k > i32::MAX as usize {
+        Some("N or K past i32")
+    } else if wl.rank() != 2 || !wl.is_contiguous() {
+        Some("weight is not a contiguous row-major [N, K]")
+    } else {
+        None
+    }
+}
+
+/// Widest load (16, 8, 4 or 2 bytes, at least one element) that `ok` accepts.
+fn widest(size: usize, ok: impl Fn(u64) -> bool) -> u8 {
+    [16u8, 8, 4, 2].into_iter().find(|&v| v as usize >= size && ok(v as u64)).unwrap_or(size as u8)
+}
+
+/// x [..., K] as rows K elements long and `stride` apart from storage offset `offset`;
+/// `None` when the view is not like that.
+fn rows_of(xl: &Layout, k: usize) -> Option<(usize, usize)> {
+    let r = xl.rank();
+    if k > 1 && xl.strides[r - 1] != 1 {
+        return None;
+    }
+    let lead = Layout { shape: xl.shape[..r - 1].to_vec(), strides: xl.strides[..r - 1].to_vec(), offset: 0 }
+        .coalesced();
+    match lead.rank() {
+        0 => Some((xl.offset, k)),
+        1 => Some((xl.offset, lead.strides[0])),
+        _ => None,
+    }
+}
+
+/// `x` [..., K] (any layout) · `w` [N, K]ᵀ (+ `bias` [N], any stride) → [rows, N], where
+/// [`declines`] said yes.
+pub fn linear(
+    x: &DeviceBuffer,
+    xl: &Layout,
+    w: &DeviceBuffer,
+    wl: &Layout,
+    bias: Option<(&DeviceBuffer, &Layout)>,
+    dt: DType,
+) -> Result<DeviceBuffer> {
+    let dev = dev_of(w)?;
+    let (n, k, size) = (wl.shape[0], wl.shape[1], dt.size());
+    let rows = xl.numel() / k;
+    let out = dev.alloc(rows * n * size)?;
+    let wp = w.ptr() + (wl.offset * size) as u64;
+    let chosen = choose(rows, n, k)?;
+    let vec = widest(size, |v| wp.is_multiple_of(v) && ((k * size) as u64).is_multiple_of(v))
+        .min(chosen.vec)
+        .max(size as u8);
+    // The chosen tile, or the narrow-load tile when alignment forbids its load width.
+    let v = if vec == chosen.vec { chosen } else { Variant { vec, rows: 1, unroll: 4, ..chosen } };
+    // x is tiny: a view that is not rows of K aligned elements is copied.
+    let aligned = |p: u64, stride: usize| {
+        p.is_multiple_of(vec as u64) && (rows == 1 || (stride * size).is_multiple_of(vec as usize))
+    };
+    let direct =
+        rows_of(xl, k).map(|(off, s)| (x.ptr() + (off * size) as u64, s)).filter(|&(p, s)| aligned(p, s));
+    let (x_copy, (xp, xs)) = match direct {
+        Some(d) => (None, d),
+        None => {
+            let c = copy::cast(x, xl, dt, dt)?;
+            let p = c.ptr();
+            (Some(c), (p, k))
+        }
+    };
+    let name = format!(
+        "gemv_{}_b{}_r{}_u{}_m{}",
+        suffix("linear", dt)?,
+        v.vec,
+        v.rows,
+        v.unroll,
+        rows.next_power_of_two()
+    );
+    let f = dev.function(&GEMV, &name)?;
+    let (bp, bs) =
+        bias.map_or((0u64, 0i64), |(b, l)| (b.ptr() + (l.offset * size) as u64, l.strides[0] as i64));
+    let (op, xs, m, n32, k32, g) = (out.ptr(), xs as i64, rows as i32, n as i32, k as i32, v.split as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, 1, 1),
+        block_dim: (32 * v.warps as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: x holds `rows` rows of K elements `xs` apart from `xp` (the view's storage or
+    // its contiguous copy, alive until the launch is enqueued and stream-ordered before the
+    // copy's release); w holds N·K contiguous elements from `wp`; bias, when `bp` != 0,
+    // holds N elements `bs` apart; `out` holds rows·N. `vec` divides the byte addresses of
+    // every row start, and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&xp)
+            .arg(&xs)
+            .arg(&wp)
+            .arg(&bp)
+            .arg(&bs)
+            .arg(&op)
+            .arg(&m)
+            .arg(&n32)
+            .arg(&k32)
+            .arg(&g)
+            .launch(cfg)?
+    };
+    drop(x_copy);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_names_round_trip_and_reject_bad_ones() {
+        let v: Variant = "b16_r2_u4_g1_w4".parse().unwrap();
+        assert_eq!(v, Variant::new(16, 2, 4, 1, 4));
+        assert_eq!(v.to_string(), "b16_r2_u4_g1_w4");
+        for bad in
+            ["", "b16_r2_u4_g1", "b16_r3_u4_g1_w4", "b16_r1_u4_g3_w4", "b16_r1_u4_g1_w32", "x16_r1_u4_g1_w4"]
+        {
+            assert!(bad.parse::<Variant>().is_err(), "{bad}");
+        }
+        for v in candidates() {
+            assert_eq!(v.to_string().parse::<Variant>(), Ok(v));
+        }
+    }
+
+    #[test]
+    fn table_rules_are_valid_variants() {
+        for r in TABLE {
+            assert_eq!(r.variant.to_string().parse::<Variant>(), Ok(r.variant));
+        }
+        assert_eq!(DEFAULT.to_string().parse::<Variant>(), Ok(DEFAULT));
+    }
+
+    #[test]
+    fn tiles_are_compiled() {
+        for &(vec, rows, unroll) in TILES {
+            let line = format!("KILN_GEMV_TILE(S, T, {vec}, {rows}, {unroll})");
+            let narrow = format!("KILN_GEMV_TILE(bf16, kbf, {vec}, {rows}, {unroll})");
+            assert!(GEMV.src.contains(&line) || GEMV.src.contains(&narrow), "{line}");
+        }
+    }
+
+    #[test]
+    fn x_views_as_rows() {
+        let l = |shape: &[usize], strides: &[usize], offset| Layout {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+        };
+        assert_eq!(rows_of(&l(&[5], &[1], 3), 5), Some((3, 5)));
+        assert_eq!(rows_of(&l(&[2, 3, 5], &[15, 5, 1], 0), 5), Some((0, 5)));
+        assert_eq!(rows_of(&l(&[4, 5], &[16, 1], 2), 5), Some((2, 16)));
+        assert_eq!(rows_of(&l(&[4, 5], &[1, 4], 0), 5), None);
+        assert_eq!(rows_of(&l(&[2, 3, 5], &[5, 10, 1], 0), 5), None);
+        assert_eq!(widest(2, |v| 4096 % v == 0), 16);
+        assert_eq!(widest(2, |v| 4098 % v == 0), 2);
+        assert_eq!(widest(4, |v| 4100 % v == 0), 4);
+    }
+
+    #[test]
+    fn routing() {
+        let w = Layout::contiguous(&[128, 2048]);
+        assert_eq!(declines(1, 128, 2048, &w, DType::BF16), None);
+        assert!(declines(9, 128, 2048, &w, DType::BF16).is_some());
+        assert!(declines(1, 128, 2048, &w, DType::F64).is_some());
+        let t = Layout { shape: vec![128, 2048], strides: vec![1, 128], offset: 0 };
+        assert!(declines(1, 128, 2048, &t, DType::F32).is_some());
+        if std::env::var_os("KILN_GEMV_VARIANT").is_none() {
+            assert_eq!(choose(1, 128, 2048).unwrap(), Variant::new(16, 1, 4, 8, 8));
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Decode-time `linear` on the GPU (the GEMV kernels of cuda/ops/gemv.rs, and the cuBLAS
+//! path they hand over to) against the CPU backend: odd N and K, 1–8 rows, bias or none,
+//! non-contiguous x / bias / weight views, all three dtypes, and every kernel variant
+//! forced through the override. See `common/mod.rs` for the harness.
+
+mod common;
+
+use common::{e, same, tol_of, Case, Ctx};
+use kiln::cuda::ops::gemv::{self, Variant, TILES};
+use kiln::{DType, Tensor};
+use std::process::ExitCode;
+
+type Res = std::result::Result<(), String>;
+
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// Relative tolerance: f32 sums of 4097 products in another order need more than tol_of.
+fn tol(dt: DType) -> f64 {
+    if dt == DType::F32 {
+        2e-5
+    } else {
+        tol_of(dt)
+    }
+}
+
+/// A GPU tensor and its CPU twin.
+struct Pair {
+    g: Tensor,
+    c: Tensor,
+}
+
+impl Pair {
+    fn new(cx: &mut Ctx, shape: &[usize], dt: DType) -> std::result::Result<Pair, String> {
+        let (g, c) = cx.pair(shape, dt, 1.0).map_err(e)?;
+        Ok(Pair { g, c })
+    }
+
+    fn map(&self, f: impl Fn(&Tensor) -> kiln::Result<Tensor>) -> std::result::Result<Pair, String> {
+        Ok(Pair { g: f(&self.g).map_err(e)?, c: f(&self.c).map_err(e)? })
+    }
+}
+
+/// `x.linear(w, b)` on both devices, compared.
+fn check(name: &str, x: &Pair, w: &Pair, b: Option<&Pair>) -> Res {
+    let gpu = x.g.linear(&w.g, b.map(|b| &b.g)).map_err(|er| format!("{name}: {er}"))?;
+    let cpu = x.c.linear(&w.c, b.map(|b| &b.c)).map_err(|er| format!("{name}: {er}"))?;
+    same(name, &gpu, &cpu, tol(x.c.dtype()))
+}
+
+/// Odd and aligned N / K, every row count 1..=8, bias or none, each dtype (table variants).
+fn shapes(cx: &mut Ctx) -> Res {
+    let nk = [
+        (1, 1),
+        (7, 7),
+        (129, 129),
+        (1000, 1000),
+        (7, 4097),
+        (129, 4096),
+        (1000, 4097),
+        (4097, 129),
+        (128, 2048),
+    ];
+    for dt in DTYPES {
+        for (n, k) in nk {
+            let w = Pair::new(cx, &[n, k], dt)?;
+            let b = Pair::new(cx, &[n], dt)?;
+            for rows in 1..=8 {
+                let x = Pair::new(cx, &[rows, k], dt)?;
+                check(&format!("{dt} {rows}x[{n}, {k}]"), &x, &w, None)?;
+                check(&format!("{dt} {rows}x[{n}, {k}] bias"), &x, &w, Some(&b))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Views of x, bias and weight: direct strided rows, copied x, offset weights, and the
+/// shapes that go to cuBLAS instead.
+fn views(cx: &mut Ctx) -> Res {
+    for dt in DTYPES {
+        for (n, k) in [(200, 512), (33, 129)] {
+            let w = Pair::new(cx, &[n, k], dt)?;
+            let b = Pair::new(cx, &[n], dt)?;
+            let name = |what: &str| format!("{dt} [{n}, {k}] {what}");
+            let x1 = Pair::new(cx, &[k], dt)?;
+            check(&name("x rank 1"), &x1, &w, Some(&b))?;
+            let x3 = Pair::new(cx, &[2, 3, k], dt)?;
+            check(&name("x [2, 3, K]"), &x3, &w, Some(&b))?;
+            let wide = Pair::new(cx, &[4, 2 * k + 3], dt)?;
+            check(&name("x rows 2K+3 apart"), &wide.map(|t| t.narrow(1, 0, k))?, &w, Some(&b))?;
+            check(&name("x at offset 3"), &wide.map(|t| t.narrow(1, 3, k))?, &w, None)?;
+            let even = Pair::new(cx, &[3, 2 * k], dt)?;
+            check(&name("x rows 2K apart"), &even.map(|t| t.narrow(1, k, k))?, &w, Some(&b))?;
+            let xt = Pair::new(cx, &[k, 5], dt)?;
+            check(&name("x transposed"), &xt.map(|t| t.t())?, &w, Some(&b))?;
+            let xp = Pair::new(cx, &[3, 2, k], dt)?;
+            check(&name("x leading dims permuted"), &xp.map(|t| t.transpose(0, 1))?, &w, Some(&b))?;
+            let row = Pair::new(cx, &[1, k], dt)?;
+            check(&name("x broadcast rows"), &row.map(|t| t.expand(&[4, k]))?, &w, Some(&b))?;
+            let b2 = Pair::new(cx, &[2 * n], dt)?;
+            check(&name("bias stride 2"), &x3, &w, Some(&b2.map(|t| t.slice(0, 0, 2 * n, 2))?))?;
+            let wb = Pair::new(cx, &[n + 1, k], dt)?;
+            check(&name("weight rows from 1"), &x3, &wb.map(|t| t.narrow(0, 1, n))?, Some(&b))?;
+            // cuBLAS: transposed weight, 0 and 9 rows, a bias that is not [N].
+            let wt = Pair::new(cx, &[k, n], dt)?.map(|t| t.t())?;
+            if gemv::declines(1, n, k, wt.g.layout(), dt).is_none() {
+                return Err(name("a transposed weight must go to cuBLAS"));
+            }
+            check(&name("weight transposed"), &x3, &wt, Some(&b))?;
+            check(&name("x [0, K]"), &Pair::new(cx, &[0, k], dt)?, &w, Some(&b))?;
+            check(&name("x [9, K]"), &Pair::new(cx, &[9, k], dt)?, &w, Some(&b))?;
+            check(&name("bias [1]"), &x3, &w, Some(&Pair::new(cx, &[1], dt)?))?;
+            // matmul against w.t() takes the GEMV path too.
+            for x in [&x1, &x3] {
+                let gpu = x.g.matmul(&w.g.t().map_err(e)?).map_err(e)?;
+                let cpu = x.c.matmul(&w.c.t().map_err(e)?).map_err(e)?;
+                same(&name(&format!("matmul {:?} @ w.t()", x.c.shape())), &gpu, &cpu, tol(dt))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every compiled tile under several block layouts (split-K by 1, 2, 3, 4, 16 warps),
+/// forced through the override, on shapes whose N is not a multiple of a block's rows.
+fn variants(cx: &mut Ctx) -> Res {
+    let layouts = [(1, 1), (1, 4), (2, 2), (3, 6), (4, 8), (16, 16)];
+    // Inputs and CPU results once; each variant is compared against them.
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for (n, k) in [(37, 1000), (130, 4096), (5, 4097)] {
+            let w = Pair::new(cx, &[n, k], dt)?;
+            let b = Pair::new(cx, &[n], dt)?;
+            for (i, rows) in [1, 3, 8].into_iter().enumerate() {
+                let x = Pair::new(cx, &[rows, k], dt)?;
+                let bias = (i != 1).then_some(&b);
+                let cpu = x.c.linear(&w.c, bias.map(|b| &b.c)).map_err(e)?;
+                cases.push((
+                    format!("{dt} {rows}x[{n}, {k}]"),
+                    x.g,
+                    w.g.clone(),
+                    bias.map(|b| b.g.clone()),
+                    cpu,
+                ));
+            }
+        }
+    }
+    for &(vec, rows, unroll) in TILES {
+        for (split, warps) in layouts {
+            let v = Variant::new(vec, rows, unroll, split, warps);
+            let _forced = gemv::force(v);
+            for (name, x, w, b, cpu) in &cases {
+                if gemv::choose(x.shape()[0], w.shape()[0], w.shape()[1]).map_err(e)? != v {
+                    return Err(format!("{v}: the override did not take"));
+                }
+                let gpu = x.linear(w, b.as_ref()).map_err(|er| format!("{v} {name}: {er}"))?;
+                same(&format!("{v} {name}"), &gpu, cpu, tol(cpu.dtype()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cases: &[Case] = &[("shapes", shapes), ("views", views), ("variants", variants)];
+    common::run("gpu_linear", cases)
+}
