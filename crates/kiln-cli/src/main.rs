@@ -26,7 +26,8 @@ enum Cmd {
         #[arg(long, default_value = "cpu")]
         device: String,
     },
-    /// Measure: `--suite runtime` (copy bandwidth, bf16 add, kernel cache, allocator).
+    /// Measure: `--suite runtime` (copy bandwidth, bf16 add, kernel cache, allocator),
+    /// `--suite reductions` (softmax, std_mean, mse_loss, bincount, top-k, routers vs PyTorch).
     Bench {
         #[arg(long, default_value = "runtime")]
         suite: String,
@@ -122,7 +123,8 @@ fn bench(suite: &str, json: Option<&std::path::Path>) -> kiln::Result<ExitCode> 
     }
     let value = match suite {
         "runtime" => kiln_bench::runtime::run()?,
-        other => return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime)"))),
+        "reductions" => kiln_bench::reductions::run()?,
+        other => return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime, reductions)"))),
     };
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&value).expect("JSON values serialise");
