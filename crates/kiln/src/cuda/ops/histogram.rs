@@ -42,7 +42,8 @@ pub fn bincount(
         unsafe { dev.memset_d8(out.ptr(), 0, nbins * out_size)? };
     }
     let (xp, op_, n64, nb64, barp) = (x.ptr(), out.ptr(), n as i64, nbins as i64, bar.unwrap_or(0));
-    let mut b = dev.stream().raw().launch_builder(&f);
+    let stream = dev.stream();
+    let mut b = stream.raw().launch_builder(&f);
     b.arg(&xp);
     let wp = weights.map(|w| w.0.ptr());
     if let Some(wp) = &wp {

@@ -10,7 +10,6 @@ use crate::cuda::{CudaDevice, DeviceBuffer, LaunchConfig, PushKernelArg};
 use crate::error::Result;
 use crate::ops::ReduceOp;
 use crate::DType;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
@@ -285,7 +284,8 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             let phases: &[i32] = if bpr > 1 && words.is_none() { &[0, 1] } else { &[2] };
             for &phase in phases {
                 let blocks = (outer * bpr).min(1 << 20);
-                let mut b = dev.stream().raw().launch_builder(&f);
+                let stream = dev.stream();
+                let mut b = stream.raw().launch_builder(&f);
                 b.arg(&xp).arg(&op_).arg(&outer64).arg(&r64).arg(&bpr64).arg(&chunk64).arg(&lg).arg(&phase);
                 b.arg(&pp).arg(&bar);
                 // SAFETY: reads and writes outer·r contiguous elements; `part` holds 2·outer·bpr
