@@ -96,8 +96,25 @@ fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>>
             })())
         }
         "topk" => {
+            // "softmax then top-k": the fused router.
             let k = c.args.get("k")?.as_u64()? as usize;
-            r(ins[0].softmax(-1).and_then(|p| p.topk(k, -1, true)).map(|(v, i)| vec![v, i]))
+            r(ins[0].router_topk(k, kiln::Router::Softmax, None).map(|(v, i)| vec![v, i]))
+        }
+        "bincount" => {
+            let minlength = c.args.get("minlength").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+            r(ins[0].bincount(ins.get(1), minlength).map(|t| vec![t]))
+        }
+        "mse_loss" => {
+            let red = match c.args.get("reduction").and_then(|v| v.as_str()).unwrap_or("mean") {
+                "sum" => kiln::Reduction::Sum,
+                "none" => kiln::Reduction::None,
+                _ => kiln::Reduction::Mean,
+            };
+            // kiln's reduced loss is 0-dim, as PyTorch's; the fixture stores it as [1].
+            r(ins[0]
+                .mse_loss(&ins[1], red)
+                .and_then(|t| if t.rank() == 0 { t.reshape(&[1]) } else { Ok(t) })
+                .map(|t| vec![t]))
         }
         "heaviside" => r(ins[0].heaviside(&ins[1]).map(|t| vec![t])),
         "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
@@ -238,6 +255,11 @@ mod tests {
             "heaviside",
             "frexp",
             "logspace",
+            "bincount",
+            "bincount_weighted",
+            "mse_loss_mean",
+            "mse_loss_sum",
+            "router_softmax_topk8",
         ] {
             let r = results.iter().find(|r| r.case == case).unwrap_or_else(|| panic!("no case {case}"));
             assert!(matches!(r.outcome, Outcome::Pass { .. }), "{case}: {:?}", r.outcome);

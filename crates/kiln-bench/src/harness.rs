@@ -42,9 +42,10 @@ pub fn run_suite(name: &str, device: Device, peer: Option<&str>) -> Result<Value
         "runtime" => crate::runtime::run(),
         "correctness" => correctness(device),
         "linear" => crate::linear::run(peer),
+        "reductions" => crate::reductions::run(),
         other => Err(Error::invalid(
             "bench",
-            format!("unknown suite {other:?} (cpu, runtime, linear, correctness, default, all)"),
+            format!("unknown suite {other:?} (cpu, runtime, linear, reductions, correctness, default, all)"),
         )),
     }
 }

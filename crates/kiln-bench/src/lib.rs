@@ -5,6 +5,7 @@ pub mod cpu;
 pub mod fixtures;
 pub mod harness;
 pub mod linear;
+pub mod reductions;
 pub mod report;
 pub mod runtime;
 pub mod timing;

@@ -16,5 +16,5 @@ mod tensor;
 pub use device::Device;
 pub use dtype::{DType, Elem};
 pub use error::{Error, Result};
-pub use ops::{BinaryOp, RandKind, ReduceOp, UnaryOp};
+pub use ops::{BinaryOp, RandKind, ReduceOp, Reduction, Router, UnaryOp};
 pub use tensor::Tensor;

@@ -3,7 +3,9 @@
 
 mod buffer;
 pub mod elementwise;
+pub mod histogram;
 pub mod index;
+pub mod loss;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;

@@ -5,7 +5,9 @@
 mod cast;
 mod create;
 mod elementwise;
+mod histogram;
 mod index;
+mod loss;
 mod matmul;
 mod nn;
 mod reduce;
@@ -13,6 +15,8 @@ mod topk;
 mod view;
 
 pub use create::RandKind;
+pub use loss::Reduction;
+pub use topk::Router;
 
 /// Binary elementwise ops (PyTorch names in `Tensor` methods).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,6 +1,7 @@
-//! `topk` along one dim. Values come sorted (descending for `largest`, ascending
-//! otherwise); ties keep the lower index first; NaN counts as the largest value, as in
-//! PyTorch.
+//! `topk` along one dim, and `router_topk`, the fused mixture-of-experts routers. Values
+//! come sorted (descending for `largest`, ascending otherwise); ties keep the lower index
+//! first; NaN counts as the largest value (first for `largest`, last otherwise) and -0 ties
+//! with +0, as in PyTorch.
 
 use crate::cpu;
 use crate::error::{Error, Result};
@@ -8,10 +9,22 @@ use crate::layout::normalize_dim;
 use crate::storage::Storage;
 use crate::{DType, Tensor};
 
+/// How a mixture-of-experts router scores experts from its logits.
+#[derive(Clone, Copy, Debug)]
+pub enum Router<'a> {
+    /// Softmax over the experts; the k best probabilities are the weights (Mixtral,
+    /// Qwen3-MoE).
+    Softmax,
+    /// Sigmoid scores; experts are chosen by score + `bias` (f32, one per expert) when
+    /// given, and weighted by their unbiased score (DeepSeek-V3, LFM2).
+    Sigmoid { bias: Option<&'a Tensor> },
+}
+
 impl Tensor {
-    /// The `k` largest (or smallest) elements along `dim` and their int64 indices.
+    /// The `k` largest (or smallest) elements along `dim` and their int64 indices. The
+    /// GPU takes k <= 64 and element types of at most 32 bits.
     pub fn topk(&self, k: usize, dim: isize, largest: bool) -> Result<(Tensor, Tensor)> {
-        if !self.dtype.is_float() && !self.dtype.is_int() {
+        if !self.dtype.is_float() && !self.dtype.is_int() && self.dtype != DType::Bool {
             return Err(Error::DTypeNotSupported { op: "topk", got: self.dtype, expected: "a real dtype" });
         }
         let d = normalize_dim(dim, self.rank())?;
@@ -28,8 +41,9 @@ impl Tensor {
                 let (v, i) = cpu::topk::topk(b, x.dtype, outer, size, k, largest);
                 (Storage::Cpu(v), Storage::Cpu(i))
             }
-            Storage::Cuda(_) => {
-                return Err(Error::NotImplemented { op: "topk", device: self.device, dtype: self.dtype })
+            Storage::Cuda(b) => {
+                let (v, i) = crate::cuda::ops::topk(b, x.dtype, outer, size, k, largest)?;
+                (Storage::Cuda(v), Storage::Cuda(i))
             }
         };
         let mut shape = moved.shape().to_vec();
@@ -45,5 +59,81 @@ impl Tensor {
             }
         };
         Ok((back(v, self.dtype)?, back(i, DType::I64)?))
+    }
+
+    /// Mixture-of-experts routing over the last dim of router logits `[..., experts]`:
+    /// scores by `router`, the `k` best experts (best first, ties to the lower index), and
+    /// their weights. Returns (f32 weights `[..., k]`, int64 experts `[..., k]`).
+    /// `renormalize = Some(eps)` divides the k weights by their sum + eps (Qwen3-MoE's
+    /// `norm_topk_prob` is `Some(0.0)`; DeepSeek-V3 uses 1e-20, LFM2 1e-6); a routed scaling
+    /// factor is left to the caller. On the GPU: one launch, no host sync, at most 2048
+    /// experts and k <= 64. Group-limited selection (DeepSeek-V3's `topk_group`) is not done.
+    pub fn router_topk(
+        &self,
+        k: usize,
+        router: Router,
+        renormalize: Option<f64>,
+    ) -> Result<(Tensor, Tensor)> {
+        if !self.dtype.is_float() {
+            return Err(Error::DTypeNotSupported {
+                op: "router_topk",
+                got: self.dtype,
+                expected: "a floating dtype",
+            });
+        }
+        let r =
+            *self.shape().last().ok_or_else(|| Error::invalid("router_topk", "needs at least one dim"))?;
+        if k > r {
+            return Err(Error::invalid("router_topk", format!("k = {k} is larger than the {r} experts")));
+        }
+        if renormalize.is_some_and(|e| !(e >= 0.0)) {
+            return Err(Error::invalid("router_topk", "renormalize eps must be >= 0"));
+        }
+        let (sigmoid, bias) = match router {
+            Router::Softmax => (false, None),
+            Router::Sigmoid { bias } => (true, bias),
+        };
+        let bias = match bias {
+            Some(b) => {
+                self.check_same_device(b, "router_topk")?;
+                if b.shape() != [r] {
+                    return Err(Error::ShapeMismatch {
+                        op: "router_topk",
+                        lhs: b.shape().to_vec(),
+                        rhs: vec![r],
+                    });
+                }
+                Some(b.to_dtype(DType::F32)?.dense()?)
+            }
+            None => None,
+        };
+        let x = self.dense()?;
+        let outer = x.numel().checked_div(r).unwrap_or(0);
+        let bg = bias.as_ref().map(|b| b.read());
+        let (w, i) = match (&*x.read(), bg.as_deref()) {
+            (Storage::Cpu(b), bias) => {
+                let bias = match bias {
+                    Some(Storage::Cpu(bb)) => Some(bb.as_slice::<f32>()),
+                    _ => None,
+                };
+                let (w, i) = cpu::topk::router_topk(b, x.dtype, bias, outer, r, k, sigmoid, renormalize);
+                (Storage::Cpu(w), Storage::Cpu(i))
+            }
+            (Storage::Cuda(b), bias) => {
+                let bias = match bias {
+                    Some(Storage::Cuda(bb)) => Some(bb),
+                    _ => None,
+                };
+                let (w, i) =
+                    crate::cuda::ops::router_topk(b, x.dtype, bias, outer, r, k, sigmoid, renormalize)?;
+                (Storage::Cuda(w), Storage::Cuda(i))
+            }
+        };
+        let mut shape = self.shape().to_vec();
+        *shape.last_mut().expect("rank checked above") = k;
+        Ok((
+            Tensor::from_storage(w, &shape, DType::F32, self.device),
+            Tensor::from_storage(i, &shape, DType::I64, self.device),
+        ))
     }
 }

@@ -114,3 +114,37 @@ template <typename A> __device__ A block_max(A v, A* scratch) {
     v = lane < nw ? scratch[lane] : (A)-kiln_inf();
     return warp_max(v);
 }
+
+// ---- blocks of one launch meeting (cuda/ops/reduce.rs `sync_words`: two u32 per stream,
+// zeroed once, left as found by every launch) ----
+// Grid-wide barrier; only in a cooperative launch (all blocks resident). Self-resetting as
+// in cooperative groups: block 0 adds 2^31 - (blocks - 1), the others 1, so the top bit
+// flips once all have arrived and the low bits return to zero.
+__device__ void grid_barrier(unsigned int* word) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+        unsigned int old = atomicAdd(word, add);
+        while (((old ^ *(volatile unsigned int*)word) & 0x80000000u) == 0) {}
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// True in the block that finishes last, once every other block's writes are visible; it
+// resets the counter for the next launch. Every block calls it once, after its writes.
+__device__ bool last_block(unsigned int* counter) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1u) == gridDim.x - 1;
+        if (last) {
+            *(volatile unsigned int*)counter = 0;
+            __threadfence();
+        }
+    }
+    __syncthreads();
+    return last;
+}

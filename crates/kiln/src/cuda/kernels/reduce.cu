@@ -1,6 +1,7 @@
 // Reduction family over contiguous rows (ops/reduce.rs moves the reduced dims last):
-// sum, prod, mean, max, min, argmax, argmin (op codes 0..6) and var_mean (Welford per
-// thread, Chan's merge across threads). One block per row.
+// sum, prod, mean, max, min, argmax, argmin (op codes 0..6), one block per row; and
+// var_mean in one pass (Welford per thread, Chan's merge across threads and blocks), a long
+// row split across blocks.
 
 // NaN counts as the extreme for both max and min (as on the CPU); ties keep the lower index.
 template <typename A> __device__ __forceinline__ bool better(A a, i64 ia, A b, i64 ib, bool want_max) {
@@ -53,44 +54,117 @@ __device__ void reduce_rows(int op, const T* x, T* out_t, i64* out_i, i64 outer,
     }
 }
 
+// Welford state of a set: count, mean, sum of squared deviations (M2).
+template <typename A> struct Welford { i64 n; A m, q; };
+
+// Chan et al.'s merge of two sets' states.
+template <typename A> __device__ __forceinline__ Welford<A> wf_merge(Welford<A> a, Welford<A> b) {
+    if (b.n == 0) return a;
+    if (a.n == 0) return b;
+    Welford<A> o;
+    o.n = a.n + b.n;
+    A d = b.m - a.m, fb = (A)b.n / (A)o.n;
+    o.m = a.m + d * fb;
+    o.q = a.q + b.q + d * d * ((A)a.n * fb);
+    return o;
+}
+
+template <typename A> __device__ Welford<A> warp_wf(Welford<A> x) {
+    for (int o = 16; o > 0; o >>= 1) {
+        Welford<A> y;
+        y.n = __shfl_xor_sync(0xffffffffu, x.n, o);
+        y.m = __shfl_xor_sync(0xffffffffu, x.m, o);
+        y.q = __shfl_xor_sync(0xffffffffu, x.q, o);
+        x = wf_merge(x, y);
+    }
+    return x;
+}
+
+// Merged over the block; every thread gets the result.
+template <typename A> __device__ Welford<A> block_wf(Welford<A> x) {
+    __shared__ i64 sn[32];
+    __shared__ A sm[32], sq[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    x = warp_wf(x);
+    __syncthreads();
+    if (lane == 0) { sn[warp] = x.n; sm[warp] = x.m; sq[warp] = x.q; }
+    __syncthreads();
+    Welford<A> y;
+    y.n = lane < nw ? sn[lane] : 0;
+    y.m = lane < nw ? sm[lane] : (A)0;
+    y.q = lane < nw ? sq[lane] : (A)0;
+    return warp_wf(y);
+}
+
+template <typename T, typename A>
+__device__ void var_mean_store(Welford<A> w, T* var, T* mean, i64 row, i64 r, double correction) {
+    double dof = (double)r - correction;
+    mean[row] = down<T>(r > 0 ? w.m : (A)kiln_nan());
+    var[row] = down<T>(dof > 0 ? (A)(w.q / (A)dof) : (A)kiln_nan());
+}
+
+#define VM_V 4
+
+// var_mean over rows of r cut into `bpr` chunks of `chunk`, one block each. Each thread
+// folds tiles of VM_V values (exact tile mean and M2, one division per tile) into its
+// state, then the block merges. One chunk per row: the block writes. Several: chunk states
+// go to `part` (mean, M2; the count follows from the chunk) and the last block to finish
+// (phase 2; `counter` word) or a second launch (phase 0, then 1 with a block per row)
+// merges each row.
 template <typename T>
-__device__ void var_mean_rows(const T* x, T* var, T* mean, i64 outer, i64 r, double correction) {
+__device__ void var_mean_split(const T* x, T* var, T* mean, i64 outer, i64 r, i64 bpr, i64 chunk,
+                               double correction, int phase, typename Acc<T>::type* part, unsigned int* counter) {
     typedef typename Acc<T>::type A;
-    __shared__ A sm[1024], sq[1024];
-    __shared__ i64 sn[1024];
-    for (i64 row = blockIdx.x; row < outer; row += gridDim.x) {
-        const T* xr = x + row * r;
-        A m = 0, q = 0;
-        i64 n = 0;
-        for (i64 j = threadIdx.x; j < r; j += blockDim.x) {
-            A v = up<A>(xr[j]);
-            n += 1;
-            A d = v - m;
-            m += d / (A)n;
-            q += d * (v - m);
-        }
-        sm[threadIdx.x] = m; sq[threadIdx.x] = q; sn[threadIdx.x] = n;
-        __syncthreads();
-        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s) {
-                i64 na = sn[threadIdx.x], nb = sn[threadIdx.x + s];
-                if (nb > 0) {
-                    A ma = sm[threadIdx.x], mb = sm[threadIdx.x + s];
-                    i64 nn = na + nb;
-                    A d = mb - ma;
-                    sm[threadIdx.x] = ma + d * ((A)nb / (A)nn);
-                    sq[threadIdx.x] += sq[threadIdx.x + s] + d * d * ((A)na * (A)nb / (A)nn);
-                    sn[threadIdx.x] = nn;
+    if (phase != 1) {
+        for (i64 u = blockIdx.x; u < outer * bpr; u += gridDim.x) {
+            i64 row = u / bpr, b = u - row * bpr;
+            i64 begin = b * chunk, end = min(begin + chunk, r);
+            const T* xr = x + row * r;
+            Welford<A> st;
+            st.n = 0; st.m = 0; st.q = 0;
+            for (i64 base = begin + threadIdx.x; base < end; base += (i64)blockDim.x * VM_V) {
+                A v[VM_V];
+                Welford<A> t;
+                t.n = 0; t.m = 0; t.q = 0;
+#pragma unroll
+                for (int i = 0; i < VM_V; ++i) {
+                    i64 j = base + (i64)i * blockDim.x;
+                    v[i] = j < end ? up<A>(xr[j]) : (A)0;
+                    t.n += j < end;
+                    t.m += v[i];
                 }
+                t.m /= (A)t.n;
+#pragma unroll
+                for (int i = 0; i < VM_V; ++i) {
+                    A d = v[i] - t.m;
+                    if (i < t.n) t.q += d * d;  // a thread's valid values come first
+                }
+                st = wf_merge(st, t);
             }
-            __syncthreads();
+            st = block_wf(st);
+            if (bpr == 1) {
+                if (threadIdx.x == 0) var_mean_store(st, var, mean, row, r, correction);
+            } else if (threadIdx.x == 0) {
+                part[2 * u] = st.m;
+                part[2 * u + 1] = st.q;
+            }
         }
-        if (threadIdx.x == 0) {
-            double dof = (double)r - correction;
-            mean[row] = down<T>(r > 0 ? sm[0] : (A)kiln_nan());
-            var[row] = down<T>(dof > 0 ? (A)(sq[0] / (A)dof) : (A)kiln_nan());
+        if (bpr == 1 || phase == 0 || !last_block(counter)) return;
+    }
+    // Merge each row's chunk states: by the last block (phase 2) or a block per row (phase 1).
+    for (i64 row = phase == 1 ? blockIdx.x : 0; row < outer; row += phase == 1 ? gridDim.x : 1) {
+        const volatile A* p = part + 2 * row * bpr;
+        Welford<A> st;
+        st.n = 0; st.m = 0; st.q = 0;
+        for (i64 b = threadIdx.x; b < bpr; b += blockDim.x) {
+            Welford<A> c;
+            c.n = max((i64)0, min(chunk, r - b * chunk));
+            c.m = p[2 * b];
+            c.q = p[2 * b + 1];
+            st = wf_merge(st, c);
         }
-        __syncthreads();
+        st = block_wf(st);
+        if (threadIdx.x == 0) var_mean_store(st, var, mean, row, r, correction);
     }
 }
 
@@ -99,5 +173,6 @@ __device__ void var_mean_rows(const T* x, T* var, T* mean, i64 outer, i64 r, dou
 KILN_FOR_REAL_TYPES(KILN_REDUCE)
 
 #define KILN_VAR_MEAN(S, T) \
-    extern "C" __global__ void var_mean_##S(const T* x, T* v, T* m, i64 outer, i64 r, double c) { var_mean_rows<T>(x, v, m, outer, r, c); }
+    extern "C" __global__ void var_mean_##S(const T* x, T* v, T* m, i64 outer, i64 r, i64 bpr, i64 chunk, double c, \
+        int phase, typename Acc<T>::type* part, unsigned int* counter) { var_mean_split<T>(x, v, m, outer, r, bpr, chunk, c, phase, part, counter); }
 KILN_VAR_MEAN(f16, kh) KILN_VAR_MEAN(bf16, kbf) KILN_VAR_MEAN(f32, float) KILN_VAR_MEAN(f64, double)

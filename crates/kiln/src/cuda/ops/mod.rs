@@ -4,15 +4,21 @@
 mod copy;
 mod elementwise;
 pub mod gemv;
+mod histogram;
 mod index;
+mod loss;
 mod matmul;
 mod reduce;
+mod topk;
 
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
 pub use index::{gather, index_select, put, take};
 pub use matmul::matmul;
-pub use reduce::{reduce, rms_norm, softmax, var_mean};
+pub use histogram::bincount;
+pub use loss::mse_loss;
+pub use reduce::{reduce, rms_norm, set_block_sync, set_softmax_path, softmax, var_mean, BlockSync, SoftmaxPath};
+pub use topk::{router_topk, topk};
 
 pub(crate) use super::Strided;
 use super::{CudaDevice, DeviceBuffer, KernelSource};
@@ -34,9 +40,13 @@ pub(crate) const REDUCE: KernelSource = kernel_source!("reduce");
 pub(crate) const SOFTMAX: KernelSource = kernel_source!("softmax");
 pub(crate) const NORM: KernelSource = kernel_source!("norm");
 pub(crate) const GEMV: KernelSource = kernel_source!("gemv");
+pub(crate) const TOPK: KernelSource = kernel_source!("topk");
+pub(crate) const BINCOUNT: KernelSource = kernel_source!("bincount");
+pub(crate) const LOSS: KernelSource = kernel_source!("loss");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
-pub const ALL_SOURCES: &[KernelSource] = &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM, GEMV];
+pub const ALL_SOURCES: &[KernelSource] =
+    &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM, GEMV, TOPK, BINCOUNT, LOSS];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
 pub(crate) fn suffix(op: &'static str, dt: DType) -> Result<&'static str> {

@@ -1,11 +1,123 @@
 //! Launchers of the row families: `reduce.cu`, `softmax.cu`, `norm.cu`. Inputs are
 //! contiguous rows from offset 0 (ops/reduce.rs and ops/nn.rs arrange that).
+//!
+//! Also the means by which the blocks of one launch meet ([`sync_words`]), shared by the
+//! reduction-family launchers: a long row split across blocks (softmax, var_mean), a
+//! grid-wide sum (mse_loss), a histogram (bincount), top-k stages.
 
 use super::{dev_of, row_threads, rows_grid, suffix, NORM, REDUCE, SOFTMAX};
-use crate::cuda::{DeviceBuffer, PushKernelArg};
+use crate::cuda::{CudaDevice, DeviceBuffer, LaunchConfig, PushKernelArg};
 use crate::error::Result;
 use crate::ops::ReduceOp;
 use crate::DType;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+
+/// How the blocks of one launch that must meet (chunks of one row, a grid-wide sum) do it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockSync {
+    /// One launch: a grid barrier (cooperative launch) or the last block to finish merges.
+    OneLaunch,
+    /// Two launches, the second merging what the first wrote. Used during a graph capture
+    /// that begins before the stream has its sync words; settable to test that path.
+    MultiLaunch,
+}
+
+static BLOCK_SYNC: AtomicU8 = AtomicU8::new(0);
+
+/// Chooses how blocks meet (process-wide; for tests and benchmarks).
+pub fn set_block_sync(mode: BlockSync) {
+    BLOCK_SYNC.store((mode == BlockSync::MultiLaunch) as u8, Ordering::Relaxed);
+}
+
+/// Per (device, stream): two u32 words zeroed once, `[grid barrier, last-block counter]`.
+/// Every kernel leaves them as it found them (see `grid_barrier` / `last_block` in
+/// common.cuh), so they are never reset. Kernels on one stream run in order, so a pair per
+/// stream suffices; a captured graph keeps the pair of the stream it was captured on (as
+/// cuBLAS keeps its per-stream workspace), so replay it there or while that stream is idle.
+static SYNC_WORDS: Mutex<Vec<((usize, usize), DeviceBuffer)>> = Mutex::new(Vec::new());
+
+/// The current stream's sync words, or `None` when blocks must meet by a second launch:
+/// [`BlockSync::MultiLaunch`], or the stream is being captured and has none yet (made
+/// there, they would belong to the graph's private pool).
+pub(crate) fn sync_words(dev: &CudaDevice) -> Result<Option<u64>> {
+    if BLOCK_SYNC.load(Ordering::Relaxed) == 1 {
+        return Ok(None);
+    }
+    let stream = dev.stream();
+    let key = (dev.ordinal(), stream.cu_stream() as usize);
+    let mut words = SYNC_WORDS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = words.iter().find(|(k, _)| *k == key) {
+        return Ok(Some(b.ptr()));
+    }
+    if stream.is_capturing()? {
+        return Ok(None);
+    }
+    let b = dev.alloc_zeroed(8)?;
+    let p = b.ptr();
+    words.push((key, b));
+    Ok(Some(p))
+}
+
+/// Blocks a cooperative launch of a `__launch_bounds__(512, 2)` kernel of 512 threads may
+/// have: two per SM are always resident.
+pub(crate) fn coop_blocks(dev: &CudaDevice) -> usize {
+    2 * dev.props().sm_count.max(1) as usize
+}
+
+pub(crate) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (blocks.max(1) as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Bytes of the compute type of `dt` in the row kernels (f64 in double, the rest in f32).
+fn acc_size(dt: DType) -> usize {
+    if dt == DType::F64 {
+        8
+    } else {
+        4
+    }
+}
+
+/// Split of rows of `r` into chunks of at least `tile` elements, one block each, at most
+/// `max_blocks` blocks in all: (chunks per row, chunk length). One chunk per row when rows
+/// alone fill the GPU.
+fn split_plan(outer: usize, r: usize, tile: usize, max_blocks: usize) -> (usize, usize) {
+    let bpr = r.div_ceil(tile).min(max_blocks / outer.max(1)).max(1);
+    // Chunks start on a multiple of 32 elements, so a warp's loads stay aligned.
+    let chunk = r.div_ceil(bpr).next_multiple_of(32).max(32);
+    (r.div_ceil(chunk).max(1), chunk)
+}
+
+/// The softmax kernel versions of `softmax.cu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SoftmaxPath {
+    /// v1: a block per row, three passes.
+    Rows,
+    /// v2: a warp per row, the row in registers (rows of at most 1024).
+    Warp,
+    /// v3: rows in chunks of a block each, merged (one block per row for medium rows).
+    Split,
+}
+
+static SOFTMAX_PATH: AtomicU8 = AtomicU8::new(0);
+
+/// Forces a softmax path (`None`: chosen by shape), process-wide, for tests and benchmarks.
+/// A forced `Warp` still takes `Split` for rows longer than 1024.
+pub fn set_softmax_path(path: Option<SoftmaxPath>) {
+    let code = match path {
+        None => 0,
+        Some(SoftmaxPath::Rows) => 1,
+        Some(SoftmaxPath::Warp) => 2,
+        Some(SoftmaxPath::Split) => 3,
+    };
+    SOFTMAX_PATH.store(code, Ordering::Relaxed);
+}
+
+/// Rows up to this long take the warp kernel.
+const WARP_ROW_MAX: usize = 1024;
+/// Threads and values per thread of `softmax_split` (`SPLIT_V`): its tile.
+const SPLIT_THREADS: u32 = 512;
+const SPLIT_TILE: usize = SPLIT_THREADS as usize * 4;
 
 fn reduce_code(op: ReduceOp) -> i32 {
     match op {
@@ -58,6 +170,10 @@ pub fn reduce(
     Ok(o)
 }
 
+/// Threads of `var_mean` blocks and their tile (`VM_V` = 4 values each).
+const VM_THREADS: u32 = 256;
+const VM_TILE: usize = VM_THREADS as usize * 4;
+
 pub fn var_mean(
     x: &DeviceBuffer,
     dt: DType,
@@ -71,21 +187,49 @@ pub fn var_mean(
         return Ok((v, m));
     }
     let f = dev.function(&REDUCE, &format!("var_mean_{}", suffix("var_mean", dt)?))?;
-    let (xp, vp, mp, outer64, r64) = (x.ptr(), v.ptr(), m.ptr(), outer as i64, r as i64);
-    // SAFETY: reads outer·r elements, writes `outer` to each output.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&vp)
-            .arg(&mp)
-            .arg(&outer64)
-            .arg(&r64)
-            .arg(&correction)
-            .launch(rows_grid(outer, row_threads(r)))?
+    let (bpr, chunk) = split_plan(outer, r, VM_TILE, coop_blocks(&dev));
+    let part = dev.alloc(if bpr > 1 { outer * bpr * 2 * acc_size(dt) } else { 0 })?;
+    let words = if bpr > 1 { sync_words(&dev)? } else { None };
+    // One launch (phase 2): one chunk per row, or the last block merges via the counter
+    // word. Else phase 0 writes chunk states and phase 1 merges them, a block per row.
+    let launches: &[(i32, usize)] = match (bpr, words) {
+        (1, _) | (_, Some(_)) => &[(2, outer * bpr)],
+        _ => &[(0, outer * bpr), (1, outer)],
     };
+    let counter = words.map_or(0, |w| w + 4);
+    let (xp, vp, mp, pp) = (x.ptr(), v.ptr(), m.ptr(), part.ptr());
+    let (outer64, r64, bpr64, chunk64) = (outer as i64, r as i64, bpr as i64, chunk as i64);
+    for &(phase, blocks) in launches {
+        // SAFETY: reads outer·r elements; writes `outer` to each output and, when bpr > 1,
+        // 2·outer·bpr compute-type values to `part`; `counter` is this stream's sync word.
+        unsafe {
+            dev.stream()
+                .raw()
+                .launch_builder(&f)
+                .arg(&xp)
+                .arg(&vp)
+                .arg(&mp)
+                .arg(&outer64)
+                .arg(&r64)
+                .arg(&bpr64)
+                .arg(&chunk64)
+                .arg(&correction)
+                .arg(&phase)
+                .arg(&pp)
+                .arg(&counter)
+                .launch(cfg(blocks.min(1 << 20), VM_THREADS))?
+        };
+    }
     Ok((v, m))
+}
+
+/// The path for `outer` rows of `r`: forced, or by shape.
+fn softmax_path(r: usize) -> SoftmaxPath {
+    match SOFTMAX_PATH.load(Ordering::Relaxed) {
+        1 => SoftmaxPath::Rows,
+        0 | 2 if r <= WARP_ROW_MAX => SoftmaxPath::Warp,
+        _ => SoftmaxPath::Split,
+    }
 }
 
 pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -> Result<DeviceBuffer> {
@@ -94,20 +238,69 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
     if outer * r == 0 {
         return Ok(o);
     }
-    let f = dev.function(&SOFTMAX, &format!("softmax_{}", suffix("softmax", dt)?))?;
+    let sfx = suffix("softmax", dt)?;
     let (xp, op_, outer64, r64, lg) = (x.ptr(), o.ptr(), outer as i64, r as i64, log as i32);
-    // SAFETY: reads and writes outer·r contiguous elements.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&op_)
-            .arg(&outer64)
-            .arg(&r64)
-            .arg(&lg)
-            .launch(rows_grid(outer, row_threads(r)))?
-    };
+    match softmax_path(r) {
+        SoftmaxPath::Rows => {
+            let f = dev.function(&SOFTMAX, &format!("softmax_{sfx}"))?;
+            // SAFETY: reads and writes outer·r contiguous elements.
+            unsafe {
+                dev.stream()
+                    .raw()
+                    .launch_builder(&f)
+                    .arg(&xp)
+                    .arg(&op_)
+                    .arg(&outer64)
+                    .arg(&r64)
+                    .arg(&lg)
+                    .launch(rows_grid(outer, row_threads(r)))?
+            };
+        }
+        SoftmaxPath::Warp => {
+            let v = [1, 4, 8, 32].into_iter().find(|v| 32 * v >= r).unwrap_or(32);
+            let f = dev.function(&SOFTMAX, &format!("softmax_warp{v}_{sfx}"))?;
+            // Eight rows (warps) per block; the kernel loops when rows outnumber warps.
+            // SAFETY: reads and writes outer·r contiguous elements, r <= 32·v.
+            unsafe {
+                dev.stream()
+                    .raw()
+                    .launch_builder(&f)
+                    .arg(&xp)
+                    .arg(&op_)
+                    .arg(&outer64)
+                    .arg(&r64)
+                    .arg(&lg)
+                    .launch(cfg(outer.div_ceil(8).min(1 << 20), 256))?
+            };
+        }
+        SoftmaxPath::Split => {
+            let f = dev.function(&SOFTMAX, &format!("softmax_split_{sfx}"))?;
+            let (bpr, chunk) = split_plan(outer, r, SPLIT_TILE, coop_blocks(&dev));
+            let part = dev.alloc(if bpr > 1 { outer * bpr * 2 * acc_size(dt) } else { 0 })?;
+            let words = if bpr > 1 { sync_words(&dev)? } else { None };
+            let (bpr64, chunk64, pp, bar) = (bpr as i64, chunk as i64, part.ptr(), words.unwrap_or(0));
+            // Phase 2 in one launch (cooperative when chunks meet at the grid barrier), or
+            // phase 0 then 1 when they meet through a second launch.
+            let phases: &[i32] = if bpr > 1 && words.is_none() { &[0, 1] } else { &[2] };
+            for &phase in phases {
+                let blocks = (outer * bpr).min(1 << 20);
+                let stream = dev.stream();
+                let mut b = stream.raw().launch_builder(&f);
+                b.arg(&xp).arg(&op_).arg(&outer64).arg(&r64).arg(&bpr64).arg(&chunk64).arg(&lg).arg(&phase);
+                b.arg(&pp).arg(&bar);
+                // SAFETY: reads and writes outer·r contiguous elements; `part` holds 2·outer·bpr
+                // compute-type values when bpr > 1; `bar` is this stream's barrier word. With
+                // bpr > 1 the grid is outer·bpr <= coop_blocks blocks of 512 threads, all resident.
+                unsafe {
+                    if bpr > 1 && phase == 2 {
+                        b.launch_cooperative(cfg(blocks, SPLIT_THREADS))?;
+                    } else {
+                        b.launch(cfg(blocks, SPLIT_THREADS))?;
+                    }
+                }
+            }
+        }
+    }
     Ok(o)
 }
 

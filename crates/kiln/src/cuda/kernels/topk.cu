@@ -1,0 +1,141 @@
+// top-k along contiguous rows (k <= 64, element types of at most 32 bits) and the fused
+// mixture-of-experts routers (scores, then top-k, then optional renormalisation).
+//
+// Every candidate is one u64: an order-preserving 32-bit key of its value (NaN above
+// everything; for `largest = 0` the key is inverted, NaN then below everything; -0 and
+// +0 tie) above the complement of its index, so a larger u64 ranks first and equal values
+// rank by lower index, as in PyTorch. 0 is the empty candidate.
+//
+// topk_stage: a block takes up to TOPK_CHUNK candidates of one row into shared memory and
+// ranks each by counting the candidates above it (stopping at k); those ranked below k
+// land at their rank. A long row takes several stages (launches), each cutting the
+// candidates by TOPK_CHUNK / k; the last writes values and int64 indices.
+//
+// router_topk: one block per row of at most ROUTER_MAX experts, one launch: softmax (or
+// sigmoid) scores in shared memory, selection by score (+ bias), the same ranking, then
+// the k weights (unbiased scores), optionally divided by their sum + eps.
+
+#define TOPK_CHUNK 1024
+#define TOPK_MAX_K 64
+#define ROUTER_MAX 2048
+
+__device__ __forceinline__ unsigned int ordered(unsigned int k, int largest) { return largest ? k : ~k; }
+__device__ __forceinline__ unsigned int key32(float v, int largest) {
+    if (v != v) return largest ? 0xFFFFFFFFu : 0u;
+    unsigned int b = v == 0.0f ? 0u : __float_as_uint(v);
+    return ordered((b & 0x80000000u) ? ~b : (b | 0x80000000u), largest);
+}
+__device__ __forceinline__ unsigned int key32(kh v, int largest) { return key32(h2f(v), largest); }
+__device__ __forceinline__ unsigned int key32(kbf v, int largest) { return key32(bf2f(v), largest); }
+__device__ __forceinline__ unsigned int key32(int v, int largest) { return ordered((unsigned int)v ^ 0x80000000u, largest); }
+__device__ __forceinline__ unsigned int key32(short v, int largest) { return key32((int)v, largest); }
+__device__ __forceinline__ unsigned int key32(signed char v, int largest) { return key32((int)v, largest); }
+__device__ __forceinline__ unsigned int key32(unsigned int v, int largest) { return ordered(v, largest); }
+__device__ __forceinline__ unsigned int key32(unsigned short v, int largest) { return ordered(v, largest); }
+__device__ __forceinline__ unsigned int key32(unsigned char v, int largest) { return ordered(v, largest); }
+__device__ __forceinline__ unsigned int key32(kbool v, int largest) { return ordered(v.v != 0, largest); }
+
+__device__ __forceinline__ u64 pack(unsigned int key, i64 idx) {
+    return ((u64)key << 32) | (u64)(0xFFFFFFFFu - (unsigned int)idx);
+}
+__device__ __forceinline__ i64 unpack_index(u64 p) { return (i64)(0xFFFFFFFFu - (unsigned int)p); }
+
+// Ranks the `len` candidates of `s` and puts those ranked below k at best[rank]; best[t]
+// stays 0 (empty) where fewer than k candidates exist. Ends with a block barrier.
+__device__ void rank_into(const u64* s, int len, int k, u64* best) {
+    for (int t = threadIdx.x; t < k; t += blockDim.x) best[t] = 0;
+    __syncthreads();
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
+        u64 mine = s[t];
+        int above = 0;
+        for (int j = 0; j < len && above < k; ++j) above += s[j] > mine;
+        if (above < k && mine != 0) best[above] = mine;
+    }
+    __syncthreads();
+}
+
+// One stage over `outer` rows of `n` candidates in `chunks` chunks: from the values `x`
+// (rows of r, when `cand` is null) or from packed candidates. Writes k per chunk to `dst`,
+// or, when `vals` is set (one chunk), the values and indices.
+template <typename T>
+__device__ void topk_stage(const T* x, const u64* cand, i64 outer, i64 n, i64 r, int k, int largest, i64 chunks,
+                           u64* dst, T* vals, i64* idxs) {
+    __shared__ u64 s[TOPK_CHUNK];
+    __shared__ u64 best[TOPK_MAX_K];
+    for (i64 u = blockIdx.x; u < outer * chunks; u += gridDim.x) {
+        i64 row = u / chunks, begin = (u - row * chunks) * TOPK_CHUNK;
+        int len = (int)min((i64)TOPK_CHUNK, n - begin);
+        for (int t = threadIdx.x; t < len; t += blockDim.x) {
+            i64 j = begin + t;
+            s[t] = cand ? cand[row * n + j] : pack(key32(x[row * r + j], largest), j);
+        }
+        rank_into(s, len, k, best);
+        for (int t = threadIdx.x; t < k; t += blockDim.x) {
+            if (vals) {
+                i64 j = unpack_index(best[t]);
+                vals[row * k + t] = x[row * r + j];
+                idxs[row * k + t] = j;
+            } else {
+                dst[u * k + t] = best[t];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// `bias` (f32, r) or null; `norm_eps` < 0: no renormalisation.
+template <typename T>
+__device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_out, i64 outer, i64 r, int k,
+                            int sigmoid, float norm_eps) {
+    typedef typename Acc<T>::type A;
+    __shared__ float score[ROUTER_MAX];
+    __shared__ u64 key[ROUTER_MAX];
+    __shared__ u64 best[TOPK_MAX_K];
+    __shared__ A scratch[32];
+    for (i64 row = blockIdx.x; row < outer; row += gridDim.x) {
+        const T* xr = x + row * r;
+        A m = 0, s = 1;
+        if (!sigmoid) {
+            m = (A)-kiln_inf();
+            for (i64 j = threadIdx.x; j < r; j += blockDim.x) {
+                A v = up<A>(xr[j]);
+                m = (v != v || v > m) ? v : m;
+            }
+            m = block_max(m, scratch);
+            s = 0;
+            for (i64 j = threadIdx.x; j < r; j += blockDim.x) s += exp(up<A>(xr[j]) - m);
+            s = block_sum(s, scratch);
+        }
+        for (i64 j = threadIdx.x; j < r; j += blockDim.x) {
+            A v = up<A>(xr[j]);
+            float p = (float)(sigmoid ? (A)1 / ((A)1 + exp(-v)) : exp(v - m) / s);
+            score[j] = p;
+            key[j] = pack(key32(bias ? p + bias[j] : p, 1), j);
+        }
+        __syncthreads();
+        rank_into(key, (int)r, k, best);
+        if (threadIdx.x < 32) {
+            float total = 0;
+            for (int t = threadIdx.x; t < k; t += 32) total += score[unpack_index(best[t])];
+            total = warp_sum(total);
+            for (int t = threadIdx.x; t < k; t += 32) {
+                i64 j = unpack_index(best[t]);
+                w_out[row * k + t] = norm_eps >= 0 ? score[j] / (total + norm_eps) : score[j];
+                i_out[row * k + t] = j;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+#define KILN_TOPK(S, T) \
+    extern "C" __global__ void topk_stage_##S(const T* x, const u64* cand, i64 outer, i64 n, i64 r, int k, int largest, \
+        i64 chunks, u64* dst, T* vals, i64* idxs) { topk_stage<T>(x, cand, outer, n, r, k, largest, chunks, dst, vals, idxs); }
+KILN_TOPK(bool, kbool) KILN_TOPK(u8, unsigned char) KILN_TOPK(u16, unsigned short) KILN_TOPK(u32, unsigned int)
+KILN_TOPK(i8, signed char) KILN_TOPK(i16, short) KILN_TOPK(i32, int)
+KILN_TOPK(f16, kh) KILN_TOPK(bf16, kbf) KILN_TOPK(f32, float)
+
+#define KILN_ROUTER(S, T) \
+    extern "C" __global__ void router_topk_##S(const T* x, const float* bias, float* w, i64* i, i64 outer, i64 r, int k, \
+        int sigmoid, float norm_eps) { router_topk<T>(x, bias, w, i, outer, r, k, sigmoid, norm_eps); }
+KILN_ROUTER(f16, kh) KILN_ROUTER(bf16, kbf) KILN_ROUTER(f32, float) KILN_ROUTER(f64, double)

@@ -1,0 +1,134 @@
+//! Launchers of `topk.cu`: top-k stages and the fused routers. Inputs are contiguous
+//! rows from offset 0 (ops/topk.rs arranges that).
+
+use super::reduce::cfg;
+use super::{dev_of, suffix, TOPK};
+use crate::cuda::{DeviceBuffer, PushKernelArg};
+use crate::error::{Error, Result};
+use crate::{DType, Device};
+
+/// Largest k of the GPU kernels (`TOPK_MAX_K`), candidates a stage block ranks
+/// (`TOPK_CHUNK`) and the most experts a router block holds (`ROUTER_MAX`).
+pub const TOPK_MAX_K: usize = 64;
+const TOPK_CHUNK: usize = 1024;
+pub const ROUTER_MAX: usize = 2048;
+
+fn check_k(op: &'static str, k: usize, r: usize) -> Result<()> {
+    if k > TOPK_MAX_K {
+        return Err(Error::invalid(op, format!("k = {k}: the CUDA kernel takes k <= {TOPK_MAX_K}")));
+    }
+    if r >= u32::MAX as usize {
+        return Err(Error::invalid(op, format!("rows of {r} elements (indices must fit in 32 bits)")));
+    }
+    Ok(())
+}
+
+/// Values (dtype `dt`) and int64 indices of the k best of each of `outer` rows of `r`.
+pub fn topk(
+    x: &DeviceBuffer,
+    dt: DType,
+    outer: usize,
+    r: usize,
+    k: usize,
+    largest: bool,
+) -> Result<(DeviceBuffer, DeviceBuffer)> {
+    if dt.size() > 4 || dt.is_complex() {
+        return Err(Error::NotImplemented { op: "topk", device: Device::Cuda(x.ordinal()), dtype: dt });
+    }
+    check_k("topk", k, r)?;
+    let dev = dev_of(x)?;
+    let (vals, idxs) = (dev.alloc(outer * k * dt.size())?, dev.alloc(outer * k * 8)?);
+    if outer * k == 0 {
+        return Ok((vals, idxs));
+    }
+    let f = dev.function(&TOPK, &format!("topk_stage_{}", suffix("topk", dt)?))?;
+    let (xp, outer64, r64, k32, lg) = (x.ptr(), outer as i64, r as i64, k as i32, largest as i32);
+    // Stage after stage, each cutting a row's candidates by TOPK_CHUNK / k, until one chunk
+    // per row is left; that last stage writes values and indices.
+    let (mut n, mut chunks) = (r, r.div_ceil(TOPK_CHUNK));
+    let mut cand: Option<DeviceBuffer> = None;
+    loop {
+        let last = chunks == 1;
+        let dst = dev.alloc(if last { 0 } else { outer * chunks * k * 8 })?;
+        let (cp, dp) = (cand.as_ref().map_or(0, |c| c.ptr()), dst.ptr());
+        let (vp, ip) = if last { (vals.ptr(), idxs.ptr()) } else { (0, 0) };
+        let (n64, chunks64) = (n as i64, chunks as i64);
+        // SAFETY: reads outer·r elements of `x` (and outer·n candidates when `cp` is set);
+        // writes outer·chunks·k candidates to `dst`, or outer·k values and indices.
+        unsafe {
+            dev.stream()
+                .raw()
+                .launch_builder(&f)
+                .arg(&xp)
+                .arg(&cp)
+                .arg(&outer64)
+                .arg(&n64)
+                .arg(&r64)
+                .arg(&k32)
+                .arg(&lg)
+                .arg(&chunks64)
+                .arg(&dp)
+                .arg(&vp)
+                .arg(&ip)
+                .launch(cfg((outer * chunks).min(1 << 20), 512))?
+        };
+        if last {
+            return Ok((vals, idxs));
+        }
+        cand = Some(dst);
+        n = chunks * k;
+        chunks = n.div_ceil(TOPK_CHUNK);
+    }
+}
+
+/// Router scores and top-k of `outer` rows of `r` logits: (f32 weights, int64 experts),
+/// `k` each. `sigmoid` false: softmax scores; true: sigmoid scores chosen by score + `bias`
+/// (f32, r) when given. `norm_eps`: divide the k weights by their sum + eps.
+#[allow(clippy::too_many_arguments)]
+pub fn router_topk(
+    x: &DeviceBuffer,
+    dt: DType,
+    bias: Option<&DeviceBuffer>,
+    outer: usize,
+    r: usize,
+    k: usize,
+    sigmoid: bool,
+    norm_eps: Option<f64>,
+) -> Result<(DeviceBuffer, DeviceBuffer)> {
+    check_k("router_topk", k, r)?;
+    if r > ROUTER_MAX {
+        return Err(Error::invalid(
+            "router_topk",
+            format!("{r} experts: the CUDA kernel takes <= {ROUTER_MAX}"),
+        ));
+    }
+    let dev = dev_of(x)?;
+    let (w, i) = (dev.alloc(outer * k * 4)?, dev.alloc(outer * k * 8)?);
+    if outer * k == 0 {
+        return Ok((w, i));
+    }
+    let f = dev.function(&TOPK, &format!("router_topk_{}", suffix("router_topk", dt)?))?;
+    let (xp, bp, wp, ip) = (x.ptr(), bias.map_or(0, |b| b.ptr()), w.ptr(), i.ptr());
+    let (outer64, r64, k32, sg) = (outer as i64, r as i64, k as i32, sigmoid as i32);
+    let eps = norm_eps.map_or(-1.0f32, |e| e as f32);
+    let threads = r.next_multiple_of(32).clamp(32, 1024) as u32;
+    // SAFETY: reads outer·r logits (and r f32 biases when `bp` is set); writes outer·k
+    // f32 weights and int64 indices; r <= ROUTER_MAX and k <= TOPK_MAX_K fit the block's
+    // shared arrays.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&xp)
+            .arg(&bp)
+            .arg(&wp)
+            .arg(&ip)
+            .arg(&outer64)
+            .arg(&r64)
+            .arg(&k32)
+            .arg(&sg)
+            .arg(&eps)
+            .launch(cfg(outer.min(1 << 20), threads))?
+    };
+    Ok((w, i))
+}

@@ -1,0 +1,85 @@
+//! `bincount`: histograms of non-negative integers.
+
+use crate::cpu;
+use crate::error::{Error, Result};
+use crate::storage::Storage;
+use crate::{DType, Tensor};
+
+impl Tensor {
+    /// `torch.bincount(self, weights, minlength)`: for a 1-D tensor of non-negative
+    /// integers, how often each value occurs (int64), or the sum of `weights` per value
+    /// (f32 weights give f32, any other dtype f64, as in PyTorch). The length is
+    /// `max(max(self) + 1, minlength)`: like PyTorch, this reads the input's min and max
+    /// back to the host (one sync; negative values are an error). `bincount_bounded`
+    /// avoids the sync when the number of bins is known.
+    pub fn bincount(&self, weights: Option<&Tensor>, minlength: usize) -> Result<Tensor> {
+        self.check_bincount(weights)?;
+        let nbins = if self.numel() == 0 {
+            minlength
+        } else {
+            // Both reductions are queued before the first read waits for them.
+            let x = self.to_dtype(DType::I64)?;
+            let (lo, hi) = (x.min(&[], false)?, x.max(&[], false)?);
+            let (lo, hi) = (lo.to_vec::<i64>()?[0], hi.to_vec::<i64>()?[0]);
+            if lo < 0 {
+                return Err(Error::invalid("bincount", format!("input holds a negative value ({lo})")));
+            }
+            (hi as usize + 1).max(minlength)
+        };
+        self.bincount_bounded(weights, nbins)
+    }
+
+    /// `bincount` with exactly `nbins` bins, no host sync (capturable in a CUDA graph):
+    /// values outside `0..nbins` are not counted (PyTorch would error or grow the output).
+    pub fn bincount_bounded(&self, weights: Option<&Tensor>, nbins: usize) -> Result<Tensor> {
+        self.check_bincount(weights)?;
+        let x = self.to_dtype(DType::I64)?.dense()?;
+        let w = match weights {
+            Some(w) if w.dtype == DType::F32 => Some(w.dense()?),
+            Some(w) => Some(w.to_dtype(DType::F64)?.dense()?),
+            None => None,
+        };
+        let out_dt = w.as_ref().map_or(DType::I64, |w| w.dtype);
+        let wg = w.as_ref().map(|w| (w.read(), w.dtype));
+        let n = x.numel();
+        let storage = match (&*x.read(), wg.as_ref().map(|(g, dt)| (&**g, *dt))) {
+            (Storage::Cpu(b), None) => Storage::Cpu(cpu::histogram::bincount(b, None, n, nbins)),
+            (Storage::Cpu(b), Some((Storage::Cpu(wb), dt))) => {
+                Storage::Cpu(cpu::histogram::bincount(b, Some((wb, dt)), n, nbins))
+            }
+            (Storage::Cuda(b), None) => Storage::Cuda(crate::cuda::ops::bincount(b, None, n, nbins)?),
+            (Storage::Cuda(b), Some((Storage::Cuda(wb), dt))) => {
+                Storage::Cuda(crate::cuda::ops::bincount(b, Some((wb, dt)), n, nbins)?)
+            }
+            _ => unreachable!("devices checked in check_bincount"),
+        };
+        Ok(Tensor::from_storage(storage, &[nbins], out_dt, self.device))
+    }
+
+    fn check_bincount(&self, weights: Option<&Tensor>) -> Result<()> {
+        if self.rank() != 1 || !self.dtype.is_int() {
+            return Err(Error::invalid(
+                "bincount",
+                format!("needs a 1-D integer tensor, got {:?} {}", self.shape(), self.dtype),
+            ));
+        }
+        if let Some(w) = weights {
+            self.check_same_device(w, "bincount")?;
+            if w.shape() != self.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "bincount",
+                    lhs: self.shape().to_vec(),
+                    rhs: w.shape().to_vec(),
+                });
+            }
+            if !w.dtype.is_float() && !w.dtype.is_int() && w.dtype != DType::Bool {
+                return Err(Error::DTypeNotSupported {
+                    op: "bincount",
+                    got: w.dtype,
+                    expected: "real weights",
+                });
+            }
+        }
+        Ok(())
+    }
+}
