@@ -99,6 +99,7 @@ fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>>
             let k = c.args.get("k")?.as_u64()? as usize;
             r(ins[0].softmax(-1).and_then(|p| p.topk(k, -1, true)).map(|(v, i)| vec![v, i]))
         }
+        "scaled_mm" => r(crate::fp8::fixture_scaled_mm(ins, &c.args).map(|t| vec![t])),
         "heaviside" => r(ins[0].heaviside(&ins[1]).map(|t| vec![t])),
         "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
         "logspace" => {
@@ -238,6 +239,8 @@ mod tests {
             "heaviside",
             "frexp",
             "logspace",
+            "scaled_mm_tensorwise",
+            "scaled_mm_rowwise",
         ] {
             let r = results.iter().find(|r| r.case == case).unwrap_or_else(|| panic!("no case {case}"));
             assert!(matches!(r.outcome, Outcome::Pass { .. }), "{case}: {:?}", r.outcome);

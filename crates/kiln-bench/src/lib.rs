@@ -2,6 +2,7 @@
 //! helpers shared by the suites.
 
 pub mod fixtures;
+pub mod fp8;
 pub mod report;
 pub mod runtime;
 pub mod timing;

@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod dtype;
+pub mod fp8;
 pub mod error;
 pub mod io;
 pub mod layout;

@@ -7,6 +7,7 @@ pub mod index;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;
+pub mod scaled_mm;
 pub mod topk;
 
 pub use buffer::CpuBuffer;

@@ -6,12 +6,14 @@ mod elementwise;
 mod index;
 mod matmul;
 mod reduce;
+mod scaled_mm;
 
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
 pub use index::{gather, index_select, put, take};
 pub use matmul::matmul;
 pub use reduce::{reduce, rms_norm, softmax, var_mean};
+pub use scaled_mm::{quantize_rows, scaled_mm, scaled_mm_force_epilogue, ScaledMm, GEMV_MAX_M};
 
 pub(crate) use super::Strided;
 use super::{CudaDevice, DeviceBuffer, KernelSource};
@@ -38,9 +40,10 @@ pub(crate) const INDEX: KernelSource = kernel_source!("index");
 pub(crate) const REDUCE: KernelSource = kernel_source!("reduce");
 pub(crate) const SOFTMAX: KernelSource = kernel_source!("softmax");
 pub(crate) const NORM: KernelSource = kernel_source!("norm");
+pub(crate) const SCALED_MM: KernelSource = kernel_source!("scaled_mm");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
-pub const ALL_SOURCES: &[KernelSource] = &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM];
+pub const ALL_SOURCES: &[KernelSource] = &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM, SCALED_MM];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
 pub(crate) fn suffix(op: &'static str, dt: DType) -> Result<&'static str> {
