@@ -78,17 +78,23 @@ fn layer_stack(layers: usize) -> Result<Value> {
     dev.synchronize()?;
     let live0 = dev.memory_stats().live_bytes;
     let dense: Vec<Tensor> = (0..layers * LAYER.len())
-        .map(|i| Tensor::randn(&[LAYER[i % LAYER.len()].0, LAYER[i % LAYER.len()].1], 100 + i as u64, DType::BF16, GPU))
+        .map(|i| {
+            Tensor::randn(
+                &[LAYER[i % LAYER.len()].0, LAYER[i % LAYER.len()].1],
+                100 + i as u64,
+                DType::BF16,
+                GPU,
+            )
+        })
         .collect::<Result<_>>()?;
     let dense_bytes = dev.memory_stats().live_bytes - live0;
-    let fp8: Vec<Fp8Weight> = dense.iter().map(|w| Fp8Weight::quantize(w, Granularity::Row)).collect::<Result<_>>()?;
+    let fp8: Vec<Fp8Weight> =
+        dense.iter().map(|w| Fp8Weight::quantize(w, Granularity::Row)).collect::<Result<_>>()?;
     dev.synchronize()?;
     let both = dev.memory_stats().live_bytes - live0;
     let fp8_bytes = both - dense_bytes;
-    let xs: Vec<Tensor> = LAYER
-        .iter()
-        .map(|&(_, k)| Tensor::randn(&[1, k], 7, DType::BF16, GPU))
-        .collect::<Result<_>>()?;
+    let xs: Vec<Tensor> =
+        LAYER.iter().map(|&(_, k)| Tensor::randn(&[1, k], 7, DType::BF16, GPU)).collect::<Result<_>>()?;
     let x_of = |i: usize| &xs[i % LAYER.len()];
     let t_bf16 = graph_median_ms(&dev, 1, 20, || {
         dense.iter().enumerate().try_for_each(|(i, w)| x_of(i).linear(w, None).map(drop))
@@ -96,7 +102,8 @@ fn layer_stack(layers: usize) -> Result<Value> {
     let t_fp8 = graph_median_ms(&dev, 1, 20, || {
         fp8.iter().enumerate().try_for_each(|(i, w)| x_of(i).linear_fp8(w, None).map(drop))
     })?;
-    let params: usize = (0..layers * LAYER.len()).map(|i| LAYER[i % LAYER.len()].0 * LAYER[i % LAYER.len()].1).sum();
+    let params: usize =
+        (0..layers * LAYER.len()).map(|i| LAYER[i % LAYER.len()].0 * LAYER[i % LAYER.len()].1).sum();
     Ok(json!({
         "name": format!("llama-3.1-8b linear stack, {layers} layers"),
         "params": params,
@@ -112,7 +119,10 @@ fn layer_stack(layers: usize) -> Result<Value> {
 /// Every FP8 figure as one JSON object, with a table on stdout.
 pub fn run() -> Result<Value> {
     let mut ops = Vec::new();
-    println!("{:<40} {:>10} {:>10} {:>8} {:>9}", "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s");
+    println!(
+        "{:<40} {:>10} {:>10} {:>8} {:>9}",
+        "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s"
+    );
     for &(m, n, k) in SHAPES {
         for rowwise in [false, true] {
             let v = scaled_mm_case(m, n, k, rowwise)?;
@@ -137,7 +147,11 @@ pub fn run() -> Result<Value> {
     kiln::cuda::ops::scaled_mm_force_epilogue(false);
     let epilogue = epilogue?;
     for v in &epilogue {
-        println!("{:<40} {:>10.2}  (row-wise epilogue path)", v["name"].as_str().unwrap_or(""), v["us"].as_f64().unwrap_or(0.0));
+        println!(
+            "{:<40} {:>10.2}  (row-wise epilogue path)",
+            v["name"].as_str().unwrap_or(""),
+            v["us"].as_f64().unwrap_or(0.0)
+        );
     }
     let stack = layer_stack(4)?;
     println!(

@@ -123,7 +123,9 @@ fn bench(suite: &str, json: Option<&std::path::Path>) -> kiln::Result<ExitCode> 
     let value = match suite {
         "runtime" => kiln_bench::runtime::run()?,
         "fp8" => kiln_bench::fp8::run()?,
-        other => return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime, fp8)"))),
+        other => {
+            return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime, fp8)")))
+        }
     };
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&value).expect("JSON values serialise");

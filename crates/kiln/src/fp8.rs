@@ -42,7 +42,11 @@ pub enum Granularity {
 /// scales of shape `[]` (Tensor) or `[rows, 1]` (Row; `x` must be 2-D).
 pub fn quantize(x: &Tensor, granularity: Granularity) -> Result<(Tensor, Tensor)> {
     if !matches!(x.dtype(), DType::F32 | DType::BF16 | DType::F16) {
-        return Err(Error::DTypeNotSupported { op: "fp8::quantize", got: x.dtype(), expected: "f32, bf16 or f16" });
+        return Err(Error::DTypeNotSupported {
+            op: "fp8::quantize",
+            got: x.dtype(),
+            expected: "f32, bf16 or f16",
+        });
     }
     match granularity {
         Granularity::Tensor => quantize_with(&x.to_dtype(DType::F32)?, &[]),
@@ -126,7 +130,10 @@ impl Tensor {
             a.check_same_device(t, OP)?;
         }
         if a.rank() != 2 || b.rank() != 2 {
-            return Err(Error::bad_shape(OP, format!("a and b must be 2-D, got {:?} and {:?}", a.shape(), b.shape())));
+            return Err(Error::bad_shape(
+                OP,
+                format!("a and b must be 2-D, got {:?} and {:?}", a.shape(), b.shape()),
+            ));
         }
         if !is_fp8(a.dtype()) || !is_fp8(b.dtype()) {
             return Err(Error::invalid(
@@ -135,7 +142,10 @@ impl Tensor {
             ));
         }
         if a.dtype() == DType::F8E5M2 && b.dtype() == DType::F8E5M2 {
-            return Err(Error::invalid(OP, "float8_e5m2 × float8_e5m2 is not supported (one operand must be e4m3)"));
+            return Err(Error::invalid(
+                OP,
+                "float8_e5m2 × float8_e5m2 is not supported (one operand must be e4m3)",
+            ));
         }
         let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
         if b.shape()[0] != k {
@@ -178,7 +188,10 @@ impl Tensor {
         }
         if let Some(bias) = bias {
             if out_dtype == DType::F32 {
-                return Err(Error::invalid(OP, "bias is not supported when out_dtype is float32 (as in PyTorch)"));
+                return Err(Error::invalid(
+                    OP,
+                    "bias is not supported when out_dtype is float32 (as in PyTorch)",
+                ));
             }
             if bias.dtype() != out_dtype || bias.shape() != [n] {
                 return Err(Error::invalid(
@@ -233,7 +246,11 @@ impl Tensor {
     pub fn linear_fp8(&self, w: &Fp8Weight, bias: Option<&Tensor>) -> Result<Tensor> {
         let (n, k) = (w.out_features(), w.in_features());
         if self.rank() == 0 || self.shape()[self.rank() - 1] != k {
-            return Err(Error::ShapeMismatch { op: "linear_fp8", lhs: self.shape().to_vec(), rhs: vec![n, k] });
+            return Err(Error::ShapeMismatch {
+                op: "linear_fp8",
+                lhs: self.shape().to_vec(),
+                rhs: vec![n, k],
+            });
         }
         let lead = &self.shape()[..self.rank() - 1];
         let x = self.reshape(&[lead.iter().product(), k])?;
@@ -272,7 +289,10 @@ impl Fp8Weight {
     /// Quantises a `[N, K]` weight (f32, bf16 or f16), e.g. for `--quantize fp8`.
     pub fn quantize(w: &Tensor, granularity: Granularity) -> Result<Fp8Weight> {
         if w.rank() != 2 {
-            return Err(Error::bad_shape("Fp8Weight", format!("weight must be 2-D [N, K], got {:?}", w.shape())));
+            return Err(Error::bad_shape(
+                "Fp8Weight",
+                format!("weight must be 2-D [N, K], got {:?}", w.shape()),
+            ));
         }
         let (q, s) = quantize(w, granularity)?;
         Fp8Weight::from_parts(q, s)
@@ -365,22 +385,28 @@ pub fn load_linear(checkpoint: &Checkpoint, prefix: &str, device: Device) -> Res
     if weight.dtype() != DType::F8E4M3 {
         return Err(Error::invalid(
             "fp8::load_linear",
-            format!("{wname} is {}, not float8_e4m3fn (use Fp8Weight::quantize for a dense weight)", weight.dtype()),
+            format!(
+                "{wname} is {}, not float8_e4m3fn (use Fp8Weight::quantize for a dense weight)",
+                weight.dtype()
+            ),
         ));
     }
     let sname = [format!("{prefix}.weight_scale"), format!("{prefix}.weight_scale_inv")]
         .into_iter()
         .find(|s| checkpoint.contains(s))
-        .ok_or_else(|| Error::invalid("fp8::load_linear", format!("no {prefix}.weight_scale or .weight_scale_inv")))?;
+        .ok_or_else(|| {
+            Error::invalid("fp8::load_linear", format!("no {prefix}.weight_scale or .weight_scale_inv"))
+        })?;
     let scale = checkpoint.load(&sname, device)?.to_dtype(DType::F32)?;
     let (n, k) = (weight.shape()[0], weight.shape()[1]);
     if scale.numel() == 1 || scale.numel() == n {
         return Fp8Weight::from_parts(weight, scale);
     }
     let dense = dequantize_blocks(&weight, &scale).map_err(|e| match e {
-        Error::BadShape { msg, .. } => {
-            Error::bad_shape("fp8::load_linear", format!("{sname} {:?} for weight [{n}, {k}]: {msg}", scale.shape()))
-        }
+        Error::BadShape { msg, .. } => Error::bad_shape(
+            "fp8::load_linear",
+            format!("{sname} {:?} for weight [{n}, {k}]: {msg}", scale.shape()),
+        ),
         e => e,
     })?;
     Fp8Weight::quantize(&dense, Granularity::Row)
@@ -392,10 +418,13 @@ pub fn dequantize_blocks(weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     let (n, k) = (weight.shape()[0], weight.shape()[1]);
     let (sn, sk) = match scale.shape() {
         [a, b] => (*a, *b),
-        s => return Err(Error::bad_shape("dequantize_blocks", format!("block scales must be 2-D, got {s:?}"))),
+        s => {
+            return Err(Error::bad_shape("dequantize_blocks", format!("block scales must be 2-D, got {s:?}")))
+        }
     };
     // 128 (every published checkpoint) first: [2, 2] scales of a [200, 144] weight fit 100 too.
-    let block = std::iter::once(128).chain(1..=n.max(k)).find(|b| n.div_ceil(*b) == sn && k.div_ceil(*b) == sk);
+    let block =
+        std::iter::once(128).chain(1..=n.max(k)).find(|b| n.div_ceil(*b) == sn && k.div_ceil(*b) == sk);
     let Some(b) = block.filter(|_| sn > 0 && sk > 0) else {
         return Err(Error::bad_shape("dequantize_blocks", "no square block size fits"));
     };
@@ -416,7 +445,8 @@ mod tests {
 
     #[test]
     fn quantize_follows_torchao() {
-        let w = Tensor::from_slice(&[1.0f32, -2.0, 0.5, 0.0, 0.0, 0.0, 3.0, 1e-3, -448.0], &[3, 3], CPU).unwrap();
+        let w =
+            Tensor::from_slice(&[1.0f32, -2.0, 0.5, 0.0, 0.0, 0.0, 3.0, 1e-3, -448.0], &[3, 3], CPU).unwrap();
         let (q, s) = quantize(&w, Granularity::Row).unwrap();
         assert_eq!(s.shape(), &[3, 1]);
         let s = s.to_vec::<f32>().unwrap();
@@ -438,7 +468,8 @@ mod tests {
         for g in [Granularity::Tensor, Granularity::Row] {
             let fw = Fp8Weight::quantize(&w, g).unwrap();
             let back = fw.dequantize(DType::F32).unwrap();
-            let err = back.sub(&w.to_dtype(DType::F32).unwrap()).unwrap().abs().unwrap().max(&[], false).unwrap();
+            let err =
+                back.sub(&w.to_dtype(DType::F32).unwrap()).unwrap().abs().unwrap().max(&[], false).unwrap();
             let amax = w.to_dtype(DType::F32).unwrap().abs().unwrap().max(&[], false).unwrap();
             // e4m3 keeps 3 mantissa bits: relative error ≤ 2^-4 of the value, plus subnormals.
             assert!(err.item().unwrap() <= amax.item().unwrap() / 16.0 + 1e-6, "{g:?}");
@@ -461,14 +492,16 @@ mod tests {
         let af = a.to_dtype(DType::F64).unwrap().mul(&sa.to_dtype(DType::F64).unwrap()).unwrap();
         let wf = w.to_dtype(DType::F64).unwrap().t().unwrap().mul(&sb.to_dtype(DType::F64).unwrap()).unwrap();
         let want = af.matmul(&wf).unwrap().add(&bias.to_dtype(DType::F64).unwrap()).unwrap();
-        let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
-        for (x, y) in g.iter().zip(&w) {
+        let (g, r) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+        for (x, y) in g.iter().zip(&r) {
             assert!((x - y).abs() <= 1e-2 * y.abs().max(1.0), "{x} vs {y}");
         }
         // Tensor-wise: scalars.
-        let (s1, s2) = (Tensor::scalar(0.5, DType::F32, CPU).unwrap(), Tensor::scalar(4.0, DType::F32, CPU).unwrap());
+        let (s1, s2) =
+            (Tensor::scalar(0.5, DType::F32, CPU).unwrap(), Tensor::scalar(4.0, DType::F32, CPU).unwrap());
         let got = a.scaled_mm(&w.t().unwrap(), &s1, &s2, DType::F32, None).unwrap();
-        let want = a.to_dtype(DType::F32).unwrap().matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
+        let want =
+            a.to_dtype(DType::F32).unwrap().matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
         let (g, w) = (got.to_vec::<f32>().unwrap(), want.mul_scalar(2.0).unwrap().to_vec::<f32>().unwrap());
         for (x, y) in g.iter().zip(&w) {
             assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "{x} vs {y}");
@@ -496,7 +529,9 @@ mod tests {
         // K not a multiple of 16
         let a24 = fp8(&[1.0; 48], &[2, 24], DType::F8E4M3);
         let w24 = fp8(&[1.0; 72], &[3, 24], DType::F8E4M3);
-        assert!(err(a24.scaled_mm(&w24.t().unwrap(), &one, &one, DType::BF16, None)).contains("multiple of 16"));
+        assert!(
+            err(a24.scaled_mm(&w24.t().unwrap(), &one, &one, DType::BF16, None)).contains("multiple of 16")
+        );
         // wrong scale shapes / dtypes / mixed recipes
         let sa = Tensor::ones(&[2, 1], DType::F32, CPU).unwrap();
         let sb_bad = Tensor::ones(&[3, 1], DType::F32, CPU).unwrap();
@@ -534,7 +569,8 @@ mod tests {
         }
         // f32 activations add the bias outside scaled_mm.
         let fw = Fp8Weight::quantize(&w, Granularity::Row).unwrap();
-        let y = x.to_dtype(DType::F32).unwrap().linear_fp8(&fw, Some(&b.to_dtype(DType::F32).unwrap())).unwrap();
+        let y =
+            x.to_dtype(DType::F32).unwrap().linear_fp8(&fw, Some(&b.to_dtype(DType::F32).unwrap())).unwrap();
         assert_eq!(y.dtype(), DType::F32);
     }
 
@@ -547,7 +583,8 @@ mod tests {
         let (qr, sr) = quantize(&w, Granularity::Row).unwrap();
         // 128×128 blocks: quantise each block with its own scale.
         let blocks = Tensor::from_slice(&[0.02f32, 0.03, 0.04, 0.05], &[2, 2], CPU).unwrap();
-        let full = dequantize_blocks(&Tensor::ones(&[200, 144], DType::F8E4M3, CPU).unwrap(), &blocks).unwrap();
+        let full =
+            dequantize_blocks(&Tensor::ones(&[200, 144], DType::F8E4M3, CPU).unwrap(), &blocks).unwrap();
         let qb = w.div(&full).unwrap().to_dtype(DType::F8E4M3).unwrap();
         let st1 = st.reshape(&[1]).unwrap();
         crate::io::safetensors::save(

@@ -50,22 +50,37 @@ fn quantizers(cx: &mut Ctx) -> R {
 
 /// One product on both devices: a `[m, k]` (dtype `adt`) times the `[n, k]` weight's `.t()`.
 #[allow(clippy::too_many_arguments)]
-fn check(cx: &mut Ctx, m: usize, n: usize, k: usize, adt: DType, bdt: DType, rowwise: bool, out: DType, bias: bool) -> R {
+fn check(
+    cx: &mut Ctx,
+    m: usize,
+    n: usize,
+    k: usize,
+    adt: DType,
+    bdt: DType,
+    rowwise: bool,
+    out: DType,
+    bias: bool,
+) -> R {
     let (a, ac) = cx.pair(&[m, k], adt, 40.0).map_err(e)?;
     let (w, wc) = cx.pair(&[n, k], bdt, 40.0).map_err(e)?;
-    let (sa_shape, sb_shape): (Vec<usize>, Vec<usize>) = if rowwise { (vec![m, 1], vec![1, n]) } else { (vec![], vec![]) };
+    let (sa_shape, sb_shape): (Vec<usize>, Vec<usize>) =
+        if rowwise { (vec![m, 1], vec![1, n]) } else { (vec![], vec![]) };
     let (sa, sac) = cx.pair(&sa_shape, DType::F32, 0.01).map_err(e)?;
     let (sb, sbc) = cx.pair(&sb_shape, DType::F32, 0.01).map_err(e)?;
     let (bg, bc) = cx.pair(&[n], out, 3.0).map_err(e)?;
     let (bg, bc) = if bias { (Some(&bg), Some(&bc)) } else { (None, None) };
-    let name = format!("scaled_mm {m}x{k}x{n} {adt}x{bdt} {} -> {out} bias={bias}", if rowwise { "row" } else { "tensor" });
+    let name = format!(
+        "scaled_mm {m}x{k}x{n} {adt}x{bdt} {} -> {out} bias={bias}",
+        if rowwise { "row" } else { "tensor" }
+    );
     let g = a.scaled_mm(&w.t().map_err(e)?, &sa, &sb, out, bg).map_err(|x| format!("{name}: {x}"))?;
     let c = ac.scaled_mm(&wc.t().map_err(e)?, &sac, &sbc, out, bc).map_err(e)?;
     same(&name, &g, &c, tol(out))
 }
 
 fn decode_kernel(cx: &mut Ctx) -> R {
-    let pairs = [(DType::F8E4M3, DType::F8E4M3), (DType::F8E4M3, DType::F8E5M2), (DType::F8E5M2, DType::F8E4M3)];
+    let pairs =
+        [(DType::F8E4M3, DType::F8E4M3), (DType::F8E4M3, DType::F8E5M2), (DType::F8E5M2, DType::F8E4M3)];
     for m in [1, 3, 8, 9, 16] {
         for (n, k) in [(1, 16), (37, 208), (129, 64), (64, 4096)] {
             for rowwise in [false, true] {

@@ -45,5 +45,9 @@ pub fn scaled_mm(
             row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
         }
     }
-    crate::with_dtype!(out, T, CpuBuffer::from_vec(y.into_iter().map(|v| T::from_f64(v as f64)).collect::<Vec<T>>()))
+    crate::with_dtype!(
+        out,
+        T,
+        CpuBuffer::from_vec(y.into_iter().map(|v| T::from_f64(v as f64)).collect::<Vec<T>>())
+    )
 }

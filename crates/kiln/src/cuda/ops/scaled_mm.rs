@@ -51,7 +51,10 @@ fn need_fp8(dev: &CudaDevice, op: &'static str) -> Result<()> {
     if (p.cc_major, p.cc_minor) < (8, 9) {
         return Err(Error::invalid(
             op,
-            format!("needs FP8 tensor cores (compute capability 8.9+); {} is {}.{}", p.name, p.cc_major, p.cc_minor),
+            format!(
+                "needs FP8 tensor cores (compute capability 8.9+); {} is {}.{}",
+                p.name, p.cc_major, p.cc_minor
+            ),
         ));
     }
     Ok(())
@@ -112,7 +115,15 @@ pub fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
     lt_scaled_mm(&dev, &p, &a, &w, m, n, k)
 }
 
-fn gemv(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, m: usize, n: usize, k: usize) -> Result<DeviceBuffer> {
+fn gemv(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<DeviceBuffer> {
     if [m, n, k].iter().any(|&v| v > i32::MAX as usize) {
         return Err(Error::bad_shape("scaled_mm", format!("dims {m}×{k}×{n} exceed the kernel's int range")));
     }
@@ -296,12 +307,13 @@ fn lt_gemm(
         set(A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp as *const u64 as _, 8)?;
         set(A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt as *const i32 as _, 4)?;
     }
-    let layout = |t: DType, rows: usize, cols: usize, ld: usize| -> Result<Owned<sys::cublasLtMatrixLayout_t>> {
-        Ok(Owned(
-            lt::create_matrix_layout(lt_type(t), rows as u64, cols as u64, ld as i64).map_err(lt_err)?,
-            lt::destroy_matrix_layout,
-        ))
-    };
+    let layout =
+        |t: DType, rows: usize, cols: usize, ld: usize| -> Result<Owned<sys::cublasLtMatrixLayout_t>> {
+            Ok(Owned(
+                lt::create_matrix_layout(lt_type(t), rows as u64, cols as u64, ld as i64).map_err(lt_err)?,
+                lt::destroy_matrix_layout,
+            ))
+        };
     let la = layout(p.b.2, k, n, w.ld)?;
     let lb = layout(p.a.2, k, m, a.ld)?;
     let ld_ = layout(dt, n, m, ldd)?;
@@ -322,7 +334,8 @@ fn lt_gemm(
             let setp = |attr: P, v: u64, size: usize| {
                 // SAFETY: `pref` is live; the value is `size` bytes of the attribute's type
                 // (u64 for the workspace limit, u32 for alignments; little-endian).
-                unsafe { lt::set_matmul_pref_attribute(pref.0, attr, &v as *const u64 as _, size) }.map_err(lt_err)
+                unsafe { lt::set_matmul_pref_attribute(pref.0, attr, &v as *const u64 as _, size) }
+                    .map_err(lt_err)
             };
             setp(P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, LT_WORKSPACE_BYTES as u64, 8)?;
             setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align[0] as u64, 4)?;
@@ -330,7 +343,8 @@ fn lt_gemm(
             setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align[2] as u64, 4)?;
             setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align[2] as u64, 4)?;
             // SAFETY: every descriptor is live and describes the buffers of this call.
-            let found = unsafe { lt::get_matmul_algo_heuristic(st.handle, desc.0, la.0, lb.0, ld_.0, ld_.0, pref.0) };
+            let found =
+                unsafe { lt::get_matmul_algo_heuristic(st.handle, desc.0, la.0, lb.0, ld_.0, ld_.0, pref.0) };
             let algo = match found {
                 Ok(h) => Some(h.algo),
                 Err(lt::CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED)) => None,
@@ -370,7 +384,15 @@ fn lt_gemm(
     Ok(true)
 }
 
-fn lt_scaled_mm(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, m: usize, n: usize, k: usize) -> Result<DeviceBuffer> {
+fn lt_scaled_mm(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<DeviceBuffer> {
     let too_big = [m, n, k].iter().any(|&v| v > i32::MAX as usize);
     if too_big {
         return Err(Error::bad_shape("scaled_mm", format!("dims {m}×{k}×{n} exceed cuBLASLt's int range")));
@@ -390,7 +412,9 @@ fn lt_scaled_mm(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, m: usize
         if !rowwise {
             return Err(Error::Cuda(format!("cuBLASLt has no FP8 algorithm for {m}×{k}×{n}")));
         }
-        tracing::info!("scaled_mm {m}x{k}x{n}: cuBLASLt has no outer-vector scaling here; using the row-wise epilogue");
+        tracing::info!(
+            "scaled_mm {m}x{k}x{n}: cuBLASLt has no outer-vector scaling here; using the row-wise epilogue"
+        );
     }
     // Named slower path "row-wise epilogue".
     let d = dev.alloc(m * ldd * 4)?;
@@ -422,7 +446,12 @@ fn lt_scaled_mm(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, m: usize
 
 /// Per-row FP8 quantisation of a dense `[rows, k]` f32 / bf16 / f16 buffer: (e4m3 values,
 /// `rows` f32 scales).
-pub fn quantize_rows(x: &DeviceBuffer, dt: DType, rows: usize, k: usize) -> Result<(DeviceBuffer, DeviceBuffer)> {
+pub fn quantize_rows(
+    x: &DeviceBuffer,
+    dt: DType,
+    rows: usize,
+    k: usize,
+) -> Result<(DeviceBuffer, DeviceBuffer)> {
     let dev = dev_of(x)?;
     need_fp8(&dev, "fp8::quantize")?;
     let (q, s) = (dev.alloc(rows * k)?, dev.alloc(rows * 4)?);
