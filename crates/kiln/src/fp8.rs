@@ -151,7 +151,7 @@ impl Tensor {
         if b.shape()[0] != k {
             return Err(Error::ShapeMismatch { op: OP, lhs: a.shape().to_vec(), rhs: b.shape().to_vec() });
         }
-        if k % 16 != 0 {
+        if !k.is_multiple_of(16) {
             return Err(Error::bad_shape(OP, format!("K = {k} must be a multiple of 16")));
         }
         if k > 1 && a.strides()[1] != 1 {

@@ -17,10 +17,8 @@ fn dequantise((buf, l, dt): Fp8Operand<'_>, scale: impl Fn(usize, usize) -> f32)
         _ => map_strided(buf.as_slice::<F8E5M2>(), l, |x| e5m2_to_f32(x.0)),
     };
     let cols = l.shape[1];
-    if cols > 0 {
-        for (i, x) in v.iter_mut().enumerate() {
-            *x *= scale(i / cols, i % cols);
-        }
+    for (r, row) in v.chunks_mut(cols.max(1)).enumerate() {
+        row.iter_mut().enumerate().for_each(|(c, x)| *x *= scale(r, c));
     }
     v
 }

@@ -90,7 +90,7 @@ fn k_rows(buf: &DeviceBuffer, view: &Layout, row_stride: usize) -> Result<Rows> 
     let (rows, k) = (view.shape[0], view.shape[1]);
     let ld = if rows > 1 { row_stride } else { k };
     let ptr = buf.ptr() + view.offset as u64;
-    if ptr % 16 == 0 && ld % 16 == 0 {
+    if ptr.is_multiple_of(16) && ld.is_multiple_of(16) {
         return Ok(Rows { ptr, ld, _copy: None });
     }
     let c = copy::cast(buf, view, DType::U8, DType::U8)?;
@@ -266,17 +266,20 @@ fn lt_gemm(
     };
     let stream = dev.stream();
     let skey = stream.cu_stream() as usize;
-    if !st.workspaces.contains_key(&skey) {
-        // A workspace allocated inside a capture would belong to that graph's private pool.
-        if stream.is_capturing()? {
-            return Err(Error::Cuda(
-                "scaled_mm: run one M > 16 product on this stream before capturing a graph (cuBLASLt workspace)"
-                    .into(),
-            ));
+    let ws = match st.workspaces.entry(skey) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            // A workspace allocated inside a capture would belong to that graph's private pool.
+            if stream.is_capturing()? {
+                return Err(Error::Cuda(
+                    "scaled_mm: run one M > 16 product on this stream before capturing a graph (cuBLASLt workspace)"
+                        .into(),
+                ));
+            }
+            e.insert(dev.alloc(LT_WORKSPACE_BYTES)?)
         }
-        st.workspaces.insert(skey, dev.alloc(LT_WORKSPACE_BYTES)?);
-    }
-    let ws = &st.workspaces[&skey];
+    };
+    let (ws_ptr, ws_len) = (ws.ptr(), ws.len());
 
     let desc = Owned(
         lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F)
@@ -375,8 +378,8 @@ fn lt_gemm(
             d as *mut c_void,
             ld_.0,
             &algo,
-            ws.ptr() as *mut c_void,
-            ws.len(),
+            ws_ptr as *mut c_void,
+            ws_len,
             stream.cu_stream() as _,
         )
     }
