@@ -116,6 +116,7 @@ fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>>
                 .and_then(|t| if t.rank() == 0 { t.reshape(&[1]) } else { Ok(t) })
                 .map(|t| vec![t]))
         }
+        "scaled_mm" => r(crate::fp8::fixture_scaled_mm(ins, &c.args).map(|t| vec![t])),
         "heaviside" => r(ins[0].heaviside(&ins[1]).map(|t| vec![t])),
         "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
         "logspace" => {
@@ -260,6 +261,8 @@ mod tests {
             "mse_loss_mean",
             "mse_loss_sum",
             "router_softmax_topk8",
+            "scaled_mm_tensorwise",
+            "scaled_mm_rowwise",
         ] {
             let r = results.iter().find(|r| r.case == case).unwrap_or_else(|| panic!("no case {case}"));
             assert!(matches!(r.outcome, Outcome::Pass { .. }), "{case}: {:?}", r.outcome);

@@ -43,9 +43,10 @@ pub fn run_suite(name: &str, device: Device, peer: Option<&str>) -> Result<Value
         "correctness" => correctness(device),
         "linear" => crate::linear::run(peer),
         "reductions" => crate::reductions::run(),
+        "fp8" => crate::fp8::run(),
         other => Err(Error::invalid(
             "bench",
-            format!("unknown suite {other:?} (cpu, runtime, linear, reductions, correctness, default, all)"),
+            format!("unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, correctness, default, all)"),
         )),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod cpu;
 pub mod fixtures;
+pub mod fp8;
 pub mod harness;
 pub mod linear;
 pub mod reductions;

@@ -9,6 +9,7 @@ pub mod loss;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;
+pub mod scaled_mm;
 pub mod topk;
 
 pub use buffer::CpuBuffer;

@@ -9,6 +9,7 @@ mod index;
 mod loss;
 mod matmul;
 mod reduce;
+mod scaled_mm;
 mod topk;
 
 pub use copy::{cast, copy_into, fill, rand};
@@ -18,6 +19,7 @@ pub use matmul::matmul;
 pub use histogram::bincount;
 pub use loss::mse_loss;
 pub use reduce::{reduce, rms_norm, set_block_sync, set_softmax_path, softmax, var_mean, BlockSync, SoftmaxPath};
+pub use scaled_mm::{quantize_rows, scaled_mm, scaled_mm_force_epilogue, ScaledMm, GEMV_MAX_M};
 pub use topk::{router_topk, topk};
 
 pub(crate) use super::Strided;
@@ -43,10 +45,11 @@ pub(crate) const GEMV: KernelSource = kernel_source!("gemv");
 pub(crate) const TOPK: KernelSource = kernel_source!("topk");
 pub(crate) const BINCOUNT: KernelSource = kernel_source!("bincount");
 pub(crate) const LOSS: KernelSource = kernel_source!("loss");
+pub(crate) const SCALED_MM: KernelSource = kernel_source!("scaled_mm");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] =
-    &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM, GEMV, TOPK, BINCOUNT, LOSS];
+    &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM, GEMV, TOPK, BINCOUNT, LOSS, SCALED_MM];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
 pub(crate) fn suffix(op: &'static str, dt: DType) -> Result<&'static str> {

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""PyTorch peer of `kiln bench --suite fp8`: torch._scaled_mm on the same shapes, recipes,
+weight rotation and timing method (20 calls captured in one CUDA graph, replayed; median of
+CUDA-event timings / 20). Prints one JSON object on stdout; with --kiln FILE (the kiln
+suite's --json output) it adds kiln's figures and the ratio torch_us / kiln_us, and prints
+a table on stderr.
+
+    kiln bench --suite fp8 --json kiln_fp8.json
+    python3 bench/torch_fp8.py --kiln kiln_fp8.json --json torch_fp8.json
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import torch
+
+# Same list and order as crates/kiln-bench/src/fp8.rs SHAPES: (M, N, K).
+SHAPES = [
+    (1, 4096, 4096),
+    (16, 14336, 4096),
+    (8192, 8192, 8192),
+    (4096, 4096, 4096),
+    (1, 1024, 4096),
+    (1, 14336, 4096),
+    (1, 4096, 14336),
+    (4, 4096, 4096),
+]
+GEMV_MAX_M = 16
+ROTATE_BYTES = 128 << 20
+BANDWIDTH = 4.13e12
+PER_GRAPH = 20
+
+
+def name(m, n, k, recipe):
+    return f"scaled_mm {m}x{k}x{n} {recipe}"
+
+
+def graph_median_us(fn, reps):
+    fn()  # warm-up outside the graph
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(PER_GRAPH):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1e3 / PER_GRAPH)
+    return statistics.median(samples)
+
+
+def case(m, n, k, rowwise):
+    dev = "cuda"
+    e4m3 = torch.float8_e4m3fn
+    copies = max(1, math.ceil(ROTATE_BYTES / (n * k))) if m <= GEMV_MAX_M else 1
+    a = torch.randn(m, k, device=dev).to(e4m3)
+    ws = [torch.randn(n, k, device=dev).to(e4m3) for _ in range(copies)]
+    if rowwise:
+        sa, sb = torch.rand(m, 1, device=dev), torch.rand(1, n, device=dev)
+    else:
+        sa, sb = torch.tensor(0.5, device=dev), torch.tensor(0.25, device=dev)
+    wts = [w.t() for w in ws]
+    it = [0]
+
+    def fn():
+        it[0] += 1
+        torch._scaled_mm(a, wts[it[0] % copies], scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    us = graph_median_us(fn, 10 if m >= 4096 else 50)
+    recipe = "rowwise" if rowwise else "tensorwise"
+    byts = m * k + n * k + m * n * 2
+    return {
+        "name": name(m, n, k, recipe), "m": m, "n": n, "k": k, "recipe": recipe,
+        "out_dtype": "bfloat16", "graph": True, "weight_copies": copies, "us": us,
+        "floor_us": byts / BANDWIDTH * 1e6, "tflops": 2 * m * n * k / (us * 1e-6) / 1e12,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", help="kiln bench --suite fp8 --json output")
+    ap.add_argument("--json", help="write the result here too")
+    args = ap.parse_args()
+    results = []
+    for m, n, k in SHAPES:
+        for rowwise in (False, True):
+            try:
+                results.append(case(m, n, k, rowwise))
+            except RuntimeError as e:  # e.g. a recipe this torch build lacks
+                results.append({"name": name(m, n, k, "rowwise" if rowwise else "tensorwise"), "error": str(e)})
+    out = {
+        "suite": "fp8", "peer": "torch._scaled_mm", "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(), "method": "CUDA graph of 20 calls replayed; median / 20",
+        "op_latency": results,
+    }
+    if args.kiln:
+        kiln = {r["name"]: r for r in json.load(open(args.kiln))["op_latency"]}
+        print(f"{'workload':<40} {'torch µs':>9} {'kiln µs':>9} {'floor µs':>9} {'torch/kiln':>10}", file=sys.stderr)
+        for r in results:
+            kr = kiln.get(r["name"])
+            if kr is None or "us" not in r:
+                continue
+            r["kiln_us"] = kr["us"]
+            r["torch_over_kiln"] = r["us"] / kr["us"]
+            print(f"{r['name']:<40} {r['us']:>9.2f} {kr['us']:>9.2f} {r['floor_us']:>9.2f} {r['torch_over_kiln']:>9.2f}x",
+                  file=sys.stderr)
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.json:
+        open(args.json, "w").write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+//! FP8 suite (issue 8): `scaled_mm` op latency for decode and large shapes, both scale
+//! recipes, against the floor (bytes over 4.1 TB/s, or FLOPs over the FP8 tensor-core rate),
+//! timed by CUDA-graph replay as the PyTorch peer (`bench/torch_fp8.py`) times
+//! `torch._scaled_mm`; an FP8-weight layer stack against bf16 (memory: weight bytes; op
+//! latency: one decode pass over the stack); and the `scaled_mm` fixture adapter.
+
+use crate::timing::graph_median_ms;
+use kiln::fp8::{Fp8Weight, Granularity};
+use kiln::{DType, Device, Result, Tensor};
+use serde_json::{json, Value};
+
+const GPU: Device = Device::Cuda(0);
+/// Measured device-to-device bandwidth of the H200 (reference/README.md), bytes/s.
+const BANDWIDTH: f64 = 4.13e12;
+/// Decode shapes rotate through enough weight copies to exceed this (L2 is 50 MB), so every
+/// call streams its weight from DRAM as it would in a model.
+const ROTATE_BYTES: usize = 128 << 20;
+
+/// (M, N, K) of the suite: PyTorch's reference shapes, then decode shapes of Llama-3.1-8B
+/// (q/o, k/v, gate/up, down) and a 4-token verify step. Same list as bench/torch_fp8.py.
+pub const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 4096, 4096),
+    (16, 14336, 4096),
+    (8192, 8192, 8192),
+    (4096, 4096, 4096),
+    (1, 1024, 4096),
+    (1, 14336, 4096),
+    (1, 4096, 14336),
+    (4, 4096, 4096),
+];
+
+/// Workload name shared with the Python peer: `scaled_mm {M}x{K}x{N} {recipe}` (PyTorch's
+/// reference log writes M×K×N).
+pub fn name(m: usize, n: usize, k: usize, recipe: &str) -> String {
+    format!("scaled_mm {m}x{k}x{n} {recipe}")
+}
+
+fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> {
+    let dev = kiln::cuda::device(0)?;
+    let wbytes = n * k;
+    let copies = if m <= kiln::cuda::ops::GEMV_MAX_M { ROTATE_BYTES.div_ceil(wbytes).max(1) } else { 1 };
+    let a = Tensor::randn(&[m, k], 1, DType::F32, GPU)?.to_dtype(DType::F8E4M3)?;
+    let ws: Vec<Tensor> = (0..copies)
+        .map(|i| Tensor::randn(&[n, k], 10 + i as u64, DType::F32, GPU)?.to_dtype(DType::F8E4M3))
+        .collect::<Result<_>>()?;
+    let (sa, sb) = if rowwise {
+        (Tensor::rand(&[m, 1], 3, DType::F32, GPU)?, Tensor::rand(&[1, n], 4, DType::F32, GPU)?)
+    } else {
+        (Tensor::scalar(0.5, DType::F32, GPU)?, Tensor::scalar(0.25, DType::F32, GPU)?)
+    };
+    let wts: Vec<Tensor> = ws.iter().map(|w| w.t()).collect::<Result<_>>()?;
+    let mut i = 0;
+    let st = graph_median_ms(&dev, 20, if m >= 4096 { 10 } else { 50 }, || {
+        i += 1;
+        a.scaled_mm(&wts[i % copies], &sa, &sb, DType::BF16, None).map(drop)
+    })?;
+    let us = st.median_ms * 1e3;
+    let bytes = (m * k + n * k + m * n * 2) as f64;
+    let flops = 2.0 * (m * n * k) as f64;
+    let floor_us = bytes / BANDWIDTH * 1e6;
+    let recipe = if rowwise { "rowwise" } else { "tensorwise" };
+    Ok(json!({
+        "name": name(m, n, k, recipe), "m": m, "n": n, "k": k, "recipe": recipe,
+        "out_dtype": "bfloat16", "graph": true, "weight_copies": copies,
+        "us": us, "floor_us": floor_us, "fraction_of_floor": floor_us / us,
+        "tflops": flops / (us * 1e-6) / 1e12, "stats": st,
+    }))
+}
+
+/// Llama-3.1-8B linear shapes of one layer, `(N, K)`: q, k, v, o, gate, up, down.
+const LAYER: &[(usize, usize)] =
+    &[(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096), (14336, 4096), (14336, 4096), (4096, 14336)];
+
+/// A `layers`-deep stack of 8B linears: weight bytes in bf16 vs FP8 (row scales) on the
+/// device, pool-measured, and one batch-1 decode pass over every linear of the stack.
+fn layer_stack(layers: usize) -> Result<Value> {
+    let dev = kiln::cuda::device(0)?;
+    dev.synchronize()?;
+    let live0 = dev.memory_stats().live_bytes;
+    let dense: Vec<Tensor> = (0..layers * LAYER.len())
+        .map(|i| {
+            Tensor::randn(
+                &[LAYER[i % LAYER.len()].0, LAYER[i % LAYER.len()].1],
+                100 + i as u64,
+                DType::BF16,
+                GPU,
+            )
+        })
+        .collect::<Result<_>>()?;
+    let dense_bytes = dev.memory_stats().live_bytes - live0;
+    let fp8: Vec<Fp8Weight> =
+        dense.iter().map(|w| Fp8Weight::quantize(w, Granularity::Row)).collect::<Result<_>>()?;
+    dev.synchronize()?;
+    let both = dev.memory_stats().live_bytes - live0;
+    let fp8_bytes = both - dense_bytes;
+    let xs: Vec<Tensor> =
+        LAYER.iter().map(|&(_, k)| Tensor::randn(&[1, k], 7, DType::BF16, GPU)).collect::<Result<_>>()?;
+    let x_of = |i: usize| &xs[i % LAYER.len()];
+    let t_bf16 = graph_median_ms(&dev, 1, 20, || {
+        dense.iter().enumerate().try_for_each(|(i, w)| x_of(i).linear(w, None).map(drop))
+    })?;
+    let t_fp8 = graph_median_ms(&dev, 1, 20, || {
+        fp8.iter().enumerate().try_for_each(|(i, w)| x_of(i).linear_fp8(w, None).map(drop))
+    })?;
+    let params: usize =
+        (0..layers * LAYER.len()).map(|i| LAYER[i % LAYER.len()].0 * LAYER[i % LAYER.len()].1).sum();
+    Ok(json!({
+        "name": format!("llama-3.1-8b linear stack, {layers} layers"),
+        "params": params,
+        "weight_bytes_bf16": dense_bytes, "weight_bytes_fp8": fp8_bytes,
+        "fp8_over_bf16": fp8_bytes as f64 / dense_bytes as f64,
+        "decode_pass_us_bf16": t_bf16.median_ms * 1e3, "decode_pass_us_fp8": t_fp8.median_ms * 1e3,
+        "decode_speedup": t_bf16.median_ms / t_fp8.median_ms,
+        "floor_us_bf16": params as f64 * 2.0 / BANDWIDTH * 1e6, "floor_us_fp8": params as f64 / BANDWIDTH * 1e6,
+        "stats_bf16": t_bf16, "stats_fp8": t_fp8,
+    }))
+}
+
+/// Every FP8 figure as one JSON object, with a table on stdout.
+pub fn run() -> Result<Value> {
+    let mut ops = Vec::new();
+    println!(
+        "{:<40} {:>10} {:>10} {:>8} {:>9}",
+        "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s"
+    );
+    for &(m, n, k) in SHAPES {
+        for rowwise in [false, true] {
+            let v = scaled_mm_case(m, n, k, rowwise)?;
+            println!(
+                "{:<40} {:>10.2} {:>10.2} {:>7.0}% {:>9.1}",
+                v["name"].as_str().unwrap_or(""),
+                v["us"].as_f64().unwrap_or(0.0),
+                v["floor_us"].as_f64().unwrap_or(0.0),
+                100.0 * v["fraction_of_floor"].as_f64().unwrap_or(0.0),
+                v["tflops"].as_f64().unwrap_or(0.0)
+            );
+            ops.push(v);
+        }
+    }
+    // The row-wise epilogue path (named slower path) on the large shapes, for comparison.
+    kiln::cuda::ops::scaled_mm_force_epilogue(true);
+    let epilogue = SHAPES
+        .iter()
+        .filter(|s| s.0 > kiln::cuda::ops::GEMV_MAX_M)
+        .map(|&(m, n, k)| scaled_mm_case(m, n, k, true))
+        .collect::<Result<Vec<_>>>();
+    kiln::cuda::ops::scaled_mm_force_epilogue(false);
+    let epilogue = epilogue?;
+    for v in &epilogue {
+        println!(
+            "{:<40} {:>10.2}  (row-wise epilogue path)",
+            v["name"].as_str().unwrap_or(""),
+            v["us"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let stack = layer_stack(4)?;
+    println!(
+        "{}: weights {:.0} MB bf16 -> {:.0} MB fp8 ({:.3}x); decode pass {:.1} µs bf16 -> {:.1} µs fp8 ({:.2}x)",
+        stack["name"].as_str().unwrap_or(""),
+        stack["weight_bytes_bf16"].as_f64().unwrap_or(0.0) / 1e6,
+        stack["weight_bytes_fp8"].as_f64().unwrap_or(0.0) / 1e6,
+        stack["fp8_over_bf16"].as_f64().unwrap_or(0.0),
+        stack["decode_pass_us_bf16"].as_f64().unwrap_or(0.0),
+        stack["decode_pass_us_fp8"].as_f64().unwrap_or(0.0),
+        stack["decode_speedup"].as_f64().unwrap_or(0.0),
+    );
+    Ok(json!({
+        "suite": "fp8",
+        "provenance": crate::report::provenance(),
+        "method": "CUDA graph of 20 calls replayed; median of CUDA-event timings / 20",
+        "op_latency": ops,
+        "op_latency_rowwise_epilogue_path": epilogue,
+        "memory": stack,
+    }))
+}
+
+/// The `scaled_mm` fixture: in0 / in2 are float8_e4m3fn bytes stored as u8; b (`[K, N]`)
+/// is stored row-major, so it is laid out column-major first, as `torch._scaled_mm` wants.
+pub fn fixture_scaled_mm(ins: &[Tensor], args: &Value) -> Result<Tensor> {
+    let fp8 = |t: &Tensor| Tensor::from_raw_bytes(&t.to_raw_bytes()?, t.shape(), DType::F8E4M3, t.device());
+    let out = args.get("out_dtype").and_then(|v| v.as_str()).and_then(DType::parse).unwrap_or(DType::F32);
+    let b = fp8(&ins[2])?.t()?.contiguous()?.t()?;
+    fp8(&ins[0])?.scaled_mm(&b, &ins[1], &ins[3], out, None)
+}

@@ -1,0 +1,195 @@
+// FP8 family (Tensor::scaled_mm and the FP8 quantiser):
+//   fp8_gemv_*            scaled_mm for M <= 16 (decode): streams the [N, K] weight once
+//   scaled_mm_epilogue_*  row-wise scales + bias + cast of a unit-scale f32 cuBLASLt product
+//   quantize_rows_*       per-row amax, scale = max(amax, 1e-12) / 448, e4m3 values
+// FP8 mma / cvt need sm_89+: below that the bodies trap, and the launcher refuses first.
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define KILN_HAS_FP8 1
+#endif
+
+struct __align__(16) u32x4 { unsigned int x, y, z, w; };
+
+struct e4m3 {};
+struct e5m2 {};
+
+// D(16x8, f32) += A(16x32, row) · B(32x8, col) on FP8 tensor cores.
+template <typename A, typename B> struct Mma;
+#define KILN_MMA(A, B)                                                                           \
+    template <> struct Mma<A, B> {                                                               \
+        static __device__ __forceinline__ void run(float* d, const unsigned* a, const unsigned* b) { \
+            asm("mma.sync.aligned.m16n8k32.row.col.f32." #A "." #B ".f32 "                       \
+                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                        \
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                 \
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));             \
+        }                                                                                        \
+    };
+#ifdef KILN_HAS_FP8
+KILN_MMA(e4m3, e4m3) KILN_MMA(e4m3, e5m2) KILN_MMA(e5m2, e4m3)
+#endif
+
+// 16 bytes of the weight, read once: no L1 allocation.
+__device__ __forceinline__ u32x4 ld_stream(const unsigned char* p) {
+    u32x4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// 16 bytes of the activations (re-read by every block: keep them in L1).
+__device__ __forceinline__ u32x4 ld_keep(const unsigned char* p) {
+    u32x4 v;
+    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// Output scale of element (m, n): tensor-wise sa[0]·sb[0], row-wise sa[m]·sb[n].
+__device__ __forceinline__ float out_scale(const float* sa, const float* sb, int rowwise, i64 m, i64 n) {
+    return rowwise ? sa[m] * sb[n] : sa[0] * sb[0];
+}
+
+// ---- fp8_gemv: out[M, N] = (a[M, K] · w[N, K]ᵀ) · scales + bias, for M <= 16 ----
+// One block of KW warps owns NT·8 weight rows; its warps split K (interleaved 64·U-byte
+// chunks), each lane loading 16 contiguous bytes of a weight row per step. The mma's k
+// order is a permutation of memory order, the same for A and B (lane group t holds bytes
+// t·16 .. t·16+15 of a 64-byte chunk: bytes 0–7 feed one mma, 8–15 the next), so every
+// load is a 16-byte vector with no shuffles. Rows m < 8 of A come from lanes' g = m, rows
+// 8..15 from the second A register pair. Partial sums meet in shared memory.
+// Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
+template <typename AT, typename BT, typename O, int NT, int U>
+__device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa,
+                         const float* sb, int rowwise, const O* bias, O* out, int M, int N, int K) {
+#ifdef KILN_HAS_FP8
+    const int KW = 4;
+    __shared__ float part[KW][NT][4][32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    i64 n0 = (i64)blockIdx.x * 8 * NT;
+    float acc[NT][4];
+    const unsigned char* wrow[NT];
+    bool wok[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        i64 n = n0 + j * 8 + g;
+        wok[j] = n < N;
+        wrow[j] = w + (wok[j] ? n : 0) * ldw;
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    }
+    bool lo = g < M, hi = g + 8 < M;
+    const unsigned char* arow0 = a + (lo ? g : 0) * lda;
+    const unsigned char* arow1 = a + (hi ? g + 8 : 0) * lda;
+    const u32x4 zero = {0, 0, 0, 0};
+    for (int kb = warp * 64 * U; kb < K; kb += KW * 64 * U) {
+        u32x4 wv[NT][U], a0[U], a1[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            int k = kb + u * 64 + t * 16;
+            bool in = k < K; // K % 16 == 0: a 16-byte piece is wholly inside or outside
+#pragma unroll
+            for (int j = 0; j < NT; ++j) wv[j][u] = in && wok[j] ? ld_stream(wrow[j] + k) : zero;
+            a0[u] = in && lo ? ld_keep(arow0 + k) : zero;
+            a1[u] = in && hi ? ld_keep(arow1 + k) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            unsigned af[2][4] = {{a0[u].x, a1[u].x, a0[u].y, a1[u].y}, {a0[u].z, a1[u].z, a0[u].w, a1[u].w}};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                unsigned bf[2][2] = {{wv[j][u].x, wv[j][u].y}, {wv[j][u].z, wv[j][u].w}};
+                Mma<AT, BT>::run(acc[j], af[0], bf[0]);
+                Mma<AT, BT>::run(acc[j], af[1], bf[1]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[warp][j][i][lane] = acc[j][i];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            // Accumulator i of lane (g, t): row g (+8 for i >= 2), column t·2 + (i & 1).
+            i64 m = g + (i >= 2 ? 8 : 0), n = n0 + j * 8 + t * 2 + (i & 1);
+            if (m >= M || n >= N) continue;
+            float v = 0.f;
+            for (int q = 0; q < KW; ++q) v += part[q][j][i][lane];
+            v *= out_scale(sa, sb, rowwise, m, n);
+            if (bias) v += up<float>(bias[n]);
+            out[m * N + n] = down<O>(v);
+        }
+#else
+    __trap();
+#endif
+}
+
+#define KILN_GEMV(AS, AT, BS, BT, OS, O, NT, U)                                                             \
+    extern "C" __global__ void __launch_bounds__(128) fp8_gemv_##AS##_##BS##_##OS##_##NT(                   \
+        const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa, const float* sb, \
+        int rowwise, const O* bias, O* out, int M, int N, int K) {                                          \
+        fp8_gemv<AT, BT, O, NT, U>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K);                    \
+    }
+// NT = 1 for M <= 8, 2 for M <= 16 (each activation load then feeds two weight tiles);
+// both keep 4 weight loads of 16 bytes in flight per lane.
+#define KILN_GEMV_OUT(AS, AT, BS, BT) \
+    KILN_GEMV(AS, AT, BS, BT, bf16, kbf, 1, 4) KILN_GEMV(AS, AT, BS, BT, bf16, kbf, 2, 2) \
+    KILN_GEMV(AS, AT, BS, BT, f16, kh, 1, 4) KILN_GEMV(AS, AT, BS, BT, f16, kh, 2, 2) \
+    KILN_GEMV(AS, AT, BS, BT, f32, float, 1, 4) KILN_GEMV(AS, AT, BS, BT, f32, float, 2, 2)
+KILN_GEMV_OUT(e4m3, e4m3, e4m3, e4m3) KILN_GEMV_OUT(e4m3, e4m3, e5m2, e5m2) KILN_GEMV_OUT(e5m2, e5m2, e4m3, e4m3)
+
+// ---- row-wise epilogue of the cuBLASLt fallback: out = d · sa[m] · sb[n] + bias[n] ----
+template <typename O>
+__device__ void epilogue(const float* d, i64 ldd, const float* sa, const float* sb, const O* bias, O* out, i64 M,
+                         i64 N) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < M * N; i += (i64)gridDim.x * blockDim.x) {
+        i64 m = i / N, n = i % N;
+        float v = d[m * ldd + n] * out_scale(sa, sb, 1, m, n);
+        if (bias) v += up<float>(bias[n]);
+        out[i] = down<O>(v);
+    }
+}
+
+#define KILN_EPILOGUE(S, O)                                                                                \
+    extern "C" __global__ void scaled_mm_epilogue_##S(const float* d, i64 ldd, const float* sa, const float* sb, \
+                                                      const O* bias, O* out, i64 M, i64 N) {                 \
+        epilogue<O>(d, ldd, sa, sb, bias, out, M, N);                                                      \
+    }
+KILN_EPILOGUE(bf16, kbf) KILN_EPILOGUE(f16, kh) KILN_EPILOGUE(f32, float)
+
+// ---- quantize_rows: one block per row of k values ----
+// Same f32 arithmetic as fp8::quantize's composed CPU path; `cvt.rn.satfinite` rounds to
+// nearest-even like c10's cast, and the clamp to ±448 keeps it from saturating differently.
+template <typename T>
+__device__ void quantize_rows(const T* x, unsigned char* q, float* scale, i64 rows, i64 k) {
+#ifdef KILN_HAS_FP8
+    __shared__ float scratch[32];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * k;
+        float amax = 0.f;
+        for (i64 j = threadIdx.x; j < k; j += blockDim.x) {
+            float v = fabsf(up<float>(xr[j]));
+            amax = (v != v || v > amax) ? v : amax;
+        }
+        amax = block_max(amax, scratch);
+        float s = amax != amax ? amax : fmaxf(amax, 1e-12f) / 448.f;
+        for (i64 j = threadIdx.x; j < k; j += blockDim.x) {
+            float v = up<float>(xr[j]) / s;
+            v = v != v ? v : fminf(fmaxf(v, -448.f), 448.f);
+            unsigned short pair;
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.f), "f"(v));
+            q[r * k + j] = (unsigned char)(pair & 0xFF);
+        }
+        if (threadIdx.x == 0) scale[r] = s;
+        __syncthreads();
+    }
+#else
+    __trap();
+#endif
+}
+
+#define KILN_QUANTIZE(S, T) \
+    extern "C" __global__ void quantize_rows_##S(const T* x, unsigned char* q, float* s, i64 rows, i64 k) { \
+        quantize_rows<T>(x, q, s, rows, k); \
+    }
+KILN_QUANTIZE(bf16, kbf) KILN_QUANTIZE(f16, kh) KILN_QUANTIZE(f32, float)

@@ -1,0 +1,479 @@
+//! FP8 launchers (`kernels/scaled_mm.cu` and cuBLASLt). Which path serves which case:
+//! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
+//!   loads; decode's case).
+//! - M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
+//!   `A/B_SCALE_POINTER`; row-wise as `OUTER_VEC_32F` scale vectors. Where cuBLASLt has no
+//!   algorithm for the latter, the named slower path "row-wise epilogue" runs a unit-scale
+//!   f32 GEMM and `scaled_mm_epilogue` applies scales, bias and the cast.
+//! - Operands that are not 16-byte aligned (offset views, odd leading dims) are copied to
+//!   fresh contiguous buffers first; an output row count N that is not a multiple of 16 is
+//!   computed with a padded leading dim and then copied out (cuBLASLt path only).
+
+use super::{copy, dev_of, row_threads, rows_grid, SCALED_MM};
+use crate::cuda::{CudaDevice, DeviceBuffer, PushKernelArg};
+use crate::error::{Error, Result};
+use crate::fp8::Recipe;
+use crate::layout::Layout;
+use crate::DType;
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys;
+use cudarc::driver::LaunchConfig;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// One `scaled_mm` call as `ops` validated it: `a` `[M, K]` row-major, `b` `[K, N]`
+/// column-major (both float8), dense f32 scales, dense bias of `out` or none.
+pub struct ScaledMm<'a> {
+    pub a: (&'a DeviceBuffer, &'a Layout, DType),
+    pub b: (&'a DeviceBuffer, &'a Layout, DType),
+    pub scale_a: &'a DeviceBuffer,
+    pub scale_b: &'a DeviceBuffer,
+    pub recipe: Recipe,
+    pub bias: Option<&'a DeviceBuffer>,
+    pub out: DType,
+}
+
+/// Largest M the decode kernel serves.
+pub const GEMV_MAX_M: usize = 16;
+
+static FORCE_EPILOGUE: AtomicBool = AtomicBool::new(false);
+
+/// Runs row-wise products with M > 16 through the "row-wise epilogue" path even where
+/// cuBLASLt could scale itself (tests and benchmarks measure both paths with it).
+pub fn scaled_mm_force_epilogue(on: bool) {
+    FORCE_EPILOGUE.store(on, Ordering::Relaxed);
+}
+
+fn need_fp8(dev: &CudaDevice, op: &'static str) -> Result<()> {
+    let p = dev.props();
+    if (p.cc_major, p.cc_minor) < (8, 9) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "needs FP8 tensor cores (compute capability 8.9+); {} is {}.{}",
+                p.name, p.cc_major, p.cc_minor
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn fp8_name(dt: DType) -> &'static str {
+    if dt == DType::F8E4M3 {
+        "e4m3"
+    } else {
+        "e5m2"
+    }
+}
+
+fn out_name(dt: DType) -> &'static str {
+    match dt {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        _ => "f32",
+    }
+}
+
+/// A K-contiguous operand as the kernels read it: rows of `ld` bytes from `ptr`, 16-byte
+/// aligned. Keeps the aligned copy alive when one was needed.
+struct Rows {
+    ptr: u64,
+    ld: usize,
+    _copy: Option<DeviceBuffer>,
+}
+
+/// `rows × k` bytes whose element (r, c) sits at `offset + r·row_stride + c` of `buf`
+/// (`view` is that same matrix as a layout, for the copy when it is not aligned).
+fn k_rows(buf: &DeviceBuffer, view: &Layout, row_stride: usize) -> Result<Rows> {
+    let (rows, k) = (view.shape[0], view.shape[1]);
+    let ld = if rows > 1 { row_stride } else { k };
+    let ptr = buf.ptr() + view.offset as u64;
+    if ptr.is_multiple_of(16) && ld.is_multiple_of(16) {
+        return Ok(Rows { ptr, ld, _copy: None });
+    }
+    let c = copy::cast(buf, view, DType::U8, DType::U8)?;
+    Ok(Rows { ptr: c.ptr(), ld: k, _copy: Some(c) })
+}
+
+pub fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
+    let dev = dev_of(p.a.0)?;
+    need_fp8(&dev, "scaled_mm")?;
+    let (la, lb) = (p.a.1, p.b.1);
+    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+    if m * n == 0 {
+        return dev.alloc(0);
+    }
+    let a = k_rows(p.a.0, la, la.strides[0])?;
+    // b [K, N] column-major is w [N, K] row-major: row n starts at n·strides[1].
+    let w_view = Layout { shape: vec![n, k], strides: vec![lb.strides[1], lb.strides[0]], offset: lb.offset };
+    let w = k_rows(p.b.0, &w_view, lb.strides[1])?;
+    if m <= GEMV_MAX_M || k == 0 {
+        return gemv(&dev, &p, &a, &w, m, n, k);
+    }
+    lt_scaled_mm(&dev, &p, &a, &w, m, n, k)
+}
+
+fn gemv(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<DeviceBuffer> {
+    if [m, n, k].iter().any(|&v| v > i32::MAX as usize) {
+        return Err(Error::bad_shape("scaled_mm", format!("dims {m}×{k}×{n} exceed the kernel's int range")));
+    }
+    let out = dev.alloc(m * n * p.out.size())?;
+    let nt = if m > 8 { 2 } else { 1 };
+    let name = format!("fp8_gemv_{}_{}_{}_{nt}", fp8_name(p.a.2), fp8_name(p.b.2), out_name(p.out));
+    let f = dev.function(&SCALED_MM, &name)?;
+    let rowwise = (p.recipe == Recipe::RowWise) as i32;
+    let (lda, ldw) = (a.ld as i64, w.ld as i64);
+    let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
+    let stream = dev.stream();
+    // Row chunks of 16 (only K = 0 has more than one): offset a, scale_a and out per chunk.
+    for m0 in (0..m).step_by(GEMV_MAX_M) {
+        let mc = (m - m0).min(GEMV_MAX_M) as i32;
+        let ap = a.ptr + (m0 * a.ld) as u64;
+        let sap = if rowwise == 1 { sa + (m0 * 4) as u64 } else { sa };
+        let op_ = o + (m0 * n * p.out.size()) as u64;
+        let (ni, ki) = (n as i32, k as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(8 * nt) as u32, 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the kernel reads mc rows of k bytes at `ap` (stride lda) and n rows at
+        // w.ptr (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
+        // at `sb`, n bias values when `bias` is non-null; it writes mc·n values of `out`
+        // from `op_`, inside the buffer allocated above.
+        unsafe {
+            stream
+                .raw()
+                .launch_builder(&f)
+                .arg(&ap)
+                .arg(&lda)
+                .arg(&w.ptr)
+                .arg(&ldw)
+                .arg(&sap)
+                .arg(&sb)
+                .arg(&rowwise)
+                .arg(&bias)
+                .arg(&op_)
+                .arg(&mc)
+                .arg(&ni)
+                .arg(&ki)
+                .launch(cfg)?
+        };
+    }
+    Ok(out)
+}
+
+// ---- cuBLASLt --------------------------------------------------------------------------------
+
+fn lt_err(e: lt::CublasError) -> Error {
+    Error::Cuda(format!("cuBLASLt: {e:?}"))
+}
+
+/// How the GEMM applies scales: none (unit), one scalar each, or outer vectors.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum ScaleMode {
+    Unit,
+    Scalar,
+    OuterVec,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+struct AlgoKey {
+    ordinal: usize,
+    dims: [usize; 6], // m, n, k, lda, ldw, ldd
+    types: [DType; 3],
+    scales: ScaleMode,
+    bias: bool,
+    align: [u32; 3],
+}
+
+struct LtState {
+    handle: sys::cublasLtHandle_t,
+    /// Per-stream workspaces (`CUstream` as usize), so captured GEMMs allocate nothing.
+    workspaces: HashMap<usize, DeviceBuffer>,
+    /// Heuristic choice per problem; `None` when cuBLASLt has no algorithm for it.
+    algos: HashMap<AlgoKey, Option<sys::cublasLtMatmulAlgo_t>>,
+}
+
+// SAFETY: a cuBLASLt handle may be used from any thread; kiln serialises all use of it (and
+// of the workspaces) through the mutex around this state.
+unsafe impl Send for LtState {}
+
+const LT_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A cuBLASLt descriptor destroyed on drop.
+struct Owned<T: Copy>(T, unsafe fn(T) -> std::result::Result<(), lt::CublasError>);
+
+impl<T: Copy> Drop for Owned<T> {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor was created by cuBLASLt and is destroyed exactly once, here.
+        let _ = unsafe { (self.1)(self.0) };
+    }
+}
+
+fn lt_type(dt: DType) -> sys::cudaDataType {
+    match dt {
+        DType::F8E4M3 => sys::cudaDataType::CUDA_R_8F_E4M3,
+        DType::F8E5M2 => sys::cudaDataType::CUDA_R_8F_E5M2,
+        DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+        DType::F16 => sys::cudaDataType::CUDA_R_16F,
+        _ => sys::cudaDataType::CUDA_R_32F,
+    }
+}
+
+/// Alignment of a device pointer, capped at cuBLASLt's default assumption of 256 bytes.
+fn align_of(ptr: u64) -> u32 {
+    1 << ptr.trailing_zeros().min(8)
+}
+
+/// One FP8 GEMM: `d[m, n]` (leading dim `ldd`, dtype `dt`) = scales · (a · wᵀ) + bias.
+/// Column-major, this is dᵀ (n × m) = op(w) · aᵀ with w as cuBLAS's "A" (transposed, K
+/// contiguous) and a as "B": both K-major, the layout Hopper's FP8 kernels need. So A's
+/// scale is scale_b and B's is scale_a. Returns `Ok(false)` when no algorithm exists.
+#[allow(clippy::too_many_arguments)]
+fn lt_gemm(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    (m, n, k): (usize, usize, usize),
+    scales: ScaleMode,
+    bias: Option<u64>,
+    (d, ldd, dt): (u64, usize, DType),
+) -> Result<bool> {
+    use sys::cublasLtMatmulDescAttributes_t as A;
+    static STATE: OnceLock<Mutex<HashMap<usize, LtState>>> = OnceLock::new();
+    let mut states = STATE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    dev.context().bind_to_thread()?;
+    let st = match states.entry(dev.ordinal()) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let handle = crate::cuda::availability::quiet_catch("no libcublasLt", lt::create_handle)
+                .map_err(Error::CudaUnavailable)?
+                .map_err(lt_err)?;
+            e.insert(LtState { handle, workspaces: HashMap::new(), algos: HashMap::new() })
+        }
+    };
+    let stream = dev.stream();
+    let skey = stream.cu_stream() as usize;
+    let ws = match st.workspaces.entry(skey) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            // A workspace allocated inside a capture would belong to that graph's private pool.
+            if stream.is_capturing()? {
+                return Err(Error::Cuda(
+                    "scaled_mm: run one M > 16 product on this stream before capturing a graph (cuBLASLt workspace)"
+                        .into(),
+                ));
+            }
+            e.insert(dev.alloc(LT_WORKSPACE_BYTES)?)
+        }
+    };
+    let (ws_ptr, ws_len) = (ws.ptr(), ws.len());
+
+    let desc = Owned(
+        lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F)
+            .map_err(lt_err)?,
+        lt::destroy_matmul_desc,
+    );
+    let set = |attr: A, v: *const c_void, size: usize| {
+        // SAFETY: `desc` is live; `v` points at `size` bytes of the attribute's type.
+        unsafe { lt::set_matmul_desc_attribute(desc.0, attr, v, size) }.map_err(lt_err)
+    };
+    let (op_t, op_n) = (1i32, 0i32); // CUBLAS_OP_T, CUBLAS_OP_N
+    set(A::CUBLASLT_MATMUL_DESC_TRANSA, &op_t as *const i32 as _, 4)?;
+    set(A::CUBLASLT_MATMUL_DESC_TRANSB, &op_n as *const i32 as _, 4)?;
+    let (sa_ptr, sb_ptr) = (p.scale_a.ptr(), p.scale_b.ptr());
+    if scales != ScaleMode::Unit {
+        set(A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb_ptr as *const u64 as _, 8)?;
+        set(A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa_ptr as *const u64 as _, 8)?;
+    }
+    if scales == ScaleMode::OuterVec {
+        let mode = sys::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F as i32;
+        set(A::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode as *const i32 as _, 4)?;
+        set(A::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode as *const i32 as _, 4)?;
+    }
+    if let Some(bp) = bias {
+        let epi = sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as u32;
+        let bt = lt_type(dt) as i32;
+        set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const u32 as _, 4)?;
+        set(A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp as *const u64 as _, 8)?;
+        set(A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt as *const i32 as _, 4)?;
+    }
+    let layout =
+        |t: DType, rows: usize, cols: usize, ld: usize| -> Result<Owned<sys::cublasLtMatrixLayout_t>> {
+            Ok(Owned(
+                lt::create_matrix_layout(lt_type(t), rows as u64, cols as u64, ld as i64).map_err(lt_err)?,
+                lt::destroy_matrix_layout,
+            ))
+        };
+    let la = layout(p.b.2, k, n, w.ld)?;
+    let lb = layout(p.a.2, k, m, a.ld)?;
+    let ld_ = layout(dt, n, m, ldd)?;
+
+    let key = AlgoKey {
+        ordinal: dev.ordinal(),
+        dims: [m, n, k, a.ld, w.ld, ldd],
+        types: [p.a.2, p.b.2, dt],
+        scales,
+        bias: bias.is_some(),
+        align: [align_of(w.ptr), align_of(a.ptr), align_of(d)],
+    };
+    let algo = match st.algos.get(&key) {
+        Some(a) => *a,
+        None => {
+            let pref = Owned(lt::create_matmul_pref().map_err(lt_err)?, lt::destroy_matmul_pref);
+            use sys::cublasLtMatmulPreferenceAttributes_t as P;
+            let setp = |attr: P, v: u64, size: usize| {
+                // SAFETY: `pref` is live; the value is `size` bytes of the attribute's type
+                // (u64 for the workspace limit, u32 for alignments; little-endian).
+                unsafe { lt::set_matmul_pref_attribute(pref.0, attr, &v as *const u64 as _, size) }
+                    .map_err(lt_err)
+            };
+            setp(P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, LT_WORKSPACE_BYTES as u64, 8)?;
+            setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align[0] as u64, 4)?;
+            setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align[1] as u64, 4)?;
+            setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align[2] as u64, 4)?;
+            setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align[2] as u64, 4)?;
+            // SAFETY: every descriptor is live and describes the buffers of this call.
+            let found =
+                unsafe { lt::get_matmul_algo_heuristic(st.handle, desc.0, la.0, lb.0, ld_.0, ld_.0, pref.0) };
+            let algo = match found {
+                Ok(h) => Some(h.algo),
+                Err(lt::CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED)) => None,
+                Err(e) => return Err(lt_err(e)),
+            };
+            st.algos.insert(key, algo);
+            algo
+        }
+    };
+    let Some(algo) = algo else { return Ok(false) };
+    let (alpha, beta) = (1f32, 0f32);
+    // SAFETY: the layouts describe the live buffers: w (k × n, ld w.ld) and a (k × m, ld a.ld)
+    // of float8, d (n × m, ld ldd) of `dt`; scale and bias pointers hold what the modes need
+    // (ops checked the shapes); alpha / beta are host f32s read at enqueue; the workspace
+    // belongs to this stream and outlives the call; the handle is used under the mutex.
+    unsafe {
+        lt::matmul(
+            st.handle,
+            desc.0,
+            &alpha as *const f32 as _,
+            &beta as *const f32 as _,
+            w.ptr as *const c_void,
+            la.0,
+            a.ptr as *const c_void,
+            lb.0,
+            d as *const c_void,
+            ld_.0,
+            d as *mut c_void,
+            ld_.0,
+            &algo,
+            ws_ptr as *mut c_void,
+            ws_len,
+            stream.cu_stream() as _,
+        )
+    }
+    .map_err(lt_err)?;
+    Ok(true)
+}
+
+fn lt_scaled_mm(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<DeviceBuffer> {
+    let too_big = [m, n, k].iter().any(|&v| v > i32::MAX as usize);
+    if too_big {
+        return Err(Error::bad_shape("scaled_mm", format!("dims {m}×{k}×{n} exceed cuBLASLt's int range")));
+    }
+    let ldd = n.next_multiple_of(16);
+    let rowwise = p.recipe == Recipe::RowWise;
+    if !(rowwise && FORCE_EPILOGUE.load(Ordering::Relaxed)) {
+        let mode = if rowwise { ScaleMode::OuterVec } else { ScaleMode::Scalar };
+        let d = dev.alloc(m * ldd * p.out.size())?;
+        if lt_gemm(dev, p, a, w, (m, n, k), mode, p.bias.map(|b| b.ptr()), (d.ptr(), ldd, p.out))? {
+            if ldd == n {
+                return Ok(d);
+            }
+            let view = Layout { shape: vec![m, n], strides: vec![ldd, 1], offset: 0 };
+            return copy::cast(&d, &view, p.out, p.out);
+        }
+        if !rowwise {
+            return Err(Error::Cuda(format!("cuBLASLt has no FP8 algorithm for {m}×{k}×{n}")));
+        }
+        tracing::info!(
+            "scaled_mm {m}x{k}x{n}: cuBLASLt has no outer-vector scaling here; using the row-wise epilogue"
+        );
+    }
+    // Named slower path "row-wise epilogue".
+    let d = dev.alloc(m * ldd * 4)?;
+    if !lt_gemm(dev, p, a, w, (m, n, k), ScaleMode::Unit, None, (d.ptr(), ldd, DType::F32))? {
+        return Err(Error::Cuda(format!("cuBLASLt has no FP8 algorithm for {m}×{k}×{n}")));
+    }
+    let out = dev.alloc(m * n * p.out.size())?;
+    let f = dev.function(&SCALED_MM, &format!("scaled_mm_epilogue_{}", out_name(p.out)))?;
+    let (dp, ld64, sa, sb) = (d.ptr(), ldd as i64, p.scale_a.ptr(), p.scale_b.ptr());
+    let (bias, op_, m64, n64) = (p.bias.map_or(0, |b| b.ptr()), out.ptr(), m as i64, n as i64);
+    // SAFETY: reads m rows of n f32s at stride ldd from `d`, m and n scales, n bias values
+    // when non-null; writes m·n values of `out`.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&dp)
+            .arg(&ld64)
+            .arg(&sa)
+            .arg(&sb)
+            .arg(&bias)
+            .arg(&op_)
+            .arg(&m64)
+            .arg(&n64)
+            .launch(super::grid(dev, m * n))?
+    };
+    Ok(out)
+}
+
+/// Per-row FP8 quantisation of a dense `[rows, k]` f32 / bf16 / f16 buffer: (e4m3 values,
+/// `rows` f32 scales).
+pub fn quantize_rows(
+    x: &DeviceBuffer,
+    dt: DType,
+    rows: usize,
+    k: usize,
+) -> Result<(DeviceBuffer, DeviceBuffer)> {
+    let dev = dev_of(x)?;
+    need_fp8(&dev, "fp8::quantize")?;
+    let (q, s) = (dev.alloc(rows * k)?, dev.alloc(rows * 4)?);
+    if rows * k == 0 {
+        return Ok((q, s));
+    }
+    let f = dev.function(&SCALED_MM, &format!("quantize_rows_{}", out_name(dt)))?;
+    let (xp, qp, sp, r64, k64) = (x.ptr(), q.ptr(), s.ptr(), rows as i64, k as i64);
+    // SAFETY: reads rows·k contiguous elements of `dt`, writes rows·k bytes and rows f32s.
+    unsafe {
+        dev.stream()
+            .raw()
+            .launch_builder(&f)
+            .arg(&xp)
+            .arg(&qp)
+            .arg(&sp)
+            .arg(&r64)
+            .arg(&k64)
+            .launch(rows_grid(rows, row_threads(k)))?
+    };
+    Ok((q, s))
+}

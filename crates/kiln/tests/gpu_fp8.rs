@@ -1,0 +1,174 @@
+//! FP8 on the GPU against the CPU backend: the quantisers (bit for bit), `scaled_mm` on the
+//! decode kernel (M ≤ 16) and on cuBLASLt (both scale recipes, the row-wise epilogue path,
+//! every output dtype, bias, odd M and N, unaligned views, K = 0, empty), and
+//! `linear_fp8`. See `common/mod.rs` for the harness.
+
+mod common;
+
+use common::{e, same, tol_of, Case, Ctx, CPU};
+use kiln::fp8::{quantize, Fp8Weight, Granularity};
+use kiln::{DType, Tensor};
+use std::process::ExitCode;
+
+type R = std::result::Result<(), String>;
+
+/// FP8 tensor cores accumulate in f32 with a shortened alignment step; f32 outputs get
+/// 1e-3 of the output's scale, 16-bit ones their own rounding.
+fn tol(out: DType) -> f64 {
+    if out == DType::F32 {
+        1e-3
+    } else {
+        tol_of(out)
+    }
+}
+
+fn quantizers(cx: &mut Ctx) -> R {
+    for dt in [DType::BF16, DType::F16, DType::F32] {
+        for shape in [[37, 100], [1, 4096], [5, 1], [3, 2000]] {
+            let (g, c) = cx.pair(&shape, dt, 3.0).map_err(e)?;
+            for gran in [Granularity::Row, Granularity::Tensor] {
+                let (qg, sg) = quantize(&g, gran).map_err(e)?;
+                let (qc, sc) = quantize(&c, gran).map_err(e)?;
+                let name = format!("quantize {gran:?} {dt} {shape:?}");
+                same(&format!("{name} values"), &qg, &qc, 0.0)?;
+                same(&format!("{name} scales"), &sg, &sc, 0.0)?;
+            }
+        }
+    }
+    // A zero row gets the EPS scale, not NaN; a non-contiguous input is read correctly.
+    let z = Tensor::zeros(&[2, 64], DType::BF16, cx.gpu).map_err(e)?;
+    let (q, s) = quantize(&z, Granularity::Row).map_err(e)?;
+    let (qc, sc) = quantize(&z.to_device(CPU).map_err(e)?, Granularity::Row).map_err(e)?;
+    same("quantize zero rows", &q, &qc, 0.0)?;
+    same("quantize zero scales", &s, &sc, 0.0)?;
+    let (g, c) = cx.pair(&[64, 33], DType::BF16, 2.0).map_err(e)?;
+    let (qg, sg) = quantize(&g.t().map_err(e)?, Granularity::Row).map_err(e)?;
+    let (qc, sc) = quantize(&c.t().map_err(e)?, Granularity::Row).map_err(e)?;
+    same("quantize transposed", &qg, &qc, 0.0)?;
+    same("quantize transposed scales", &sg, &sc, 0.0)
+}
+
+/// One product on both devices: a `[m, k]` (dtype `adt`) times the `[n, k]` weight's `.t()`.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    cx: &mut Ctx,
+    m: usize,
+    n: usize,
+    k: usize,
+    adt: DType,
+    bdt: DType,
+    rowwise: bool,
+    out: DType,
+    bias: bool,
+) -> R {
+    let (a, ac) = cx.pair(&[m, k], adt, 40.0).map_err(e)?;
+    let (w, wc) = cx.pair(&[n, k], bdt, 40.0).map_err(e)?;
+    let (sa_shape, sb_shape): (Vec<usize>, Vec<usize>) =
+        if rowwise { (vec![m, 1], vec![1, n]) } else { (vec![], vec![]) };
+    let (sa, sac) = cx.pair(&sa_shape, DType::F32, 0.01).map_err(e)?;
+    let (sb, sbc) = cx.pair(&sb_shape, DType::F32, 0.01).map_err(e)?;
+    let (bg, bc) = cx.pair(&[n], out, 3.0).map_err(e)?;
+    let (bg, bc) = if bias { (Some(&bg), Some(&bc)) } else { (None, None) };
+    let name = format!(
+        "scaled_mm {m}x{k}x{n} {adt}x{bdt} {} -> {out} bias={bias}",
+        if rowwise { "row" } else { "tensor" }
+    );
+    let g = a.scaled_mm(&w.t().map_err(e)?, &sa, &sb, out, bg).map_err(|x| format!("{name}: {x}"))?;
+    let c = ac.scaled_mm(&wc.t().map_err(e)?, &sac, &sbc, out, bc).map_err(e)?;
+    same(&name, &g, &c, tol(out))
+}
+
+fn decode_kernel(cx: &mut Ctx) -> R {
+    let pairs =
+        [(DType::F8E4M3, DType::F8E4M3), (DType::F8E4M3, DType::F8E5M2), (DType::F8E5M2, DType::F8E4M3)];
+    for m in [1, 3, 8, 9, 16] {
+        for (n, k) in [(1, 16), (37, 208), (129, 64), (64, 4096)] {
+            for rowwise in [false, true] {
+                for out in [DType::BF16, DType::F16, DType::F32] {
+                    check(cx, m, n, k, DType::F8E4M3, DType::F8E4M3, rowwise, out, false)?;
+                    if out != DType::F32 {
+                        check(cx, m, n, k, DType::F8E4M3, DType::F8E4M3, rowwise, out, true)?;
+                    }
+                }
+            }
+        }
+    }
+    for (adt, bdt) in pairs {
+        check(cx, 5, 77, 320, adt, bdt, true, DType::BF16, true)?;
+    }
+    Ok(())
+}
+
+fn cublaslt(cx: &mut Ctx) -> R {
+    for force_epilogue in [false, true] {
+        kiln::cuda::ops::scaled_mm_force_epilogue(force_epilogue);
+        for (m, n, k) in [(17, 64, 32), (33, 37, 512), (100, 129, 256), (256, 256, 1024)] {
+            for rowwise in [false, true] {
+                for out in [DType::BF16, DType::F16, DType::F32] {
+                    check(cx, m, n, k, DType::F8E4M3, DType::F8E4M3, rowwise, out, false)?;
+                    if out != DType::F32 {
+                        check(cx, m, n, k, DType::F8E4M3, DType::F8E4M3, rowwise, out, true)?;
+                    }
+                }
+            }
+        }
+        check(cx, 64, 48, 128, DType::F8E5M2, DType::F8E4M3, true, DType::BF16, true)?;
+    }
+    kiln::cuda::ops::scaled_mm_force_epilogue(false);
+    Ok(())
+}
+
+/// Operands at odd offsets and leading dims (copied aligned first), K = 0, empty M.
+fn layouts(cx: &mut Ctx) -> R {
+    for m in [2, 40] {
+        let (n, k) = (24, 48);
+        let (a, ac) = cx.pair(&[m, k + 1], DType::F8E4M3, 40.0).map_err(e)?;
+        let (w, wc) = cx.pair(&[n, k + 3], DType::F8E4M3, 40.0).map_err(e)?;
+        let (sa, sac) = cx.pair(&[], DType::F32, 0.01).map_err(e)?;
+        let cut = |t: &Tensor, s: usize| t.narrow(1, s, k);
+        let g = cut(&a, 1)
+            .map_err(e)?
+            .scaled_mm(&cut(&w, 3).map_err(e)?.t().map_err(e)?, &sa, &sa, DType::BF16, None)
+            .map_err(e)?;
+        let c = cut(&ac, 1)
+            .map_err(e)?
+            .scaled_mm(&cut(&wc, 3).map_err(e)?.t().map_err(e)?, &sac, &sac, DType::BF16, None)
+            .map_err(e)?;
+        same(&format!("scaled_mm unaligned views M={m}"), &g, &c, tol_of(DType::BF16))?;
+    }
+    for m in [0, 3, 20] {
+        check(cx, m, 16, 0, DType::F8E4M3, DType::F8E4M3, false, DType::BF16, true)?;
+        check(cx, m, 16, 0, DType::F8E4M3, DType::F8E4M3, true, DType::F32, false)?;
+    }
+    Ok(())
+}
+
+fn linear(cx: &mut Ctx) -> R {
+    for (lead, n, k) in [(vec![1], 300, 256), (vec![2, 3], 64, 96), (vec![5, 7], 200, 512)] {
+        let mut xs = lead.clone();
+        xs.push(k);
+        let (x, xc) = cx.pair(&xs, DType::BF16, 1.0).map_err(e)?;
+        let (w, wc) = cx.pair(&[n, k], DType::BF16, 0.05).map_err(e)?;
+        let (b, bc) = cx.pair(&[n], DType::BF16, 1.0).map_err(e)?;
+        for gran in [Granularity::Tensor, Granularity::Row] {
+            let fw = Fp8Weight::quantize(&w, gran).map_err(e)?;
+            let fwc = Fp8Weight::quantize(&wc, gran).map_err(e)?;
+            same("Fp8Weight values", fw.weight(), fwc.weight(), 0.0)?;
+            let g = x.linear_fp8(&fw, Some(&b)).map_err(e)?;
+            let c = xc.linear_fp8(&fwc, Some(&bc)).map_err(e)?;
+            same(&format!("linear_fp8 {xs:?}x[{n},{k}] {gran:?}"), &g, &c, tol_of(DType::BF16))?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cases: &[Case] = &[
+        ("quantizers", quantizers),
+        ("decode_kernel", decode_kernel),
+        ("cublaslt", cublaslt),
+        ("layouts", layouts),
+        ("linear", linear),
+    ];
+    common::run("gpu_fp8", cases)
+}
