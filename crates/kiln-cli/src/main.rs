@@ -1,4 +1,4 @@
-//! `kiln`: info, check (and later bench, generate).
+//! `kiln`: info, check, bench, generate.
 
 use clap::{Parser, Subcommand};
 use kiln::Device;
@@ -26,14 +26,19 @@ enum Cmd {
         #[arg(long, default_value = "cpu")]
         device: String,
     },
-    /// Measure: `--suite runtime` (copy bandwidth, bf16 add, kernel cache, allocator).
+    /// Measure: `--suite runtime` (copy bandwidth, bf16 add, kernel cache, allocator),
+    /// `--suite decode --preset llama-3.1-8b|qwen3-8b|qwen3-30b-a3b|all` (decode tokens/s).
     Bench {
         #[arg(long, default_value = "runtime")]
         suite: String,
+        #[arg(long, default_value = "all")]
+        preset: String,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe).
+    Generate(GenerateArgs),
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {
         /// Comma-separated target architectures, e.g. sm_80,sm_90a.
@@ -48,7 +53,8 @@ fn main() -> ExitCode {
         Cmd::Info => info(),
         Cmd::Check { fixtures, device } => check(&fixtures, &device),
         Cmd::Kernels { check } => compile_kernels(&check),
-        Cmd::Bench { suite, json } => bench(&suite, json.as_deref()),
+        Cmd::Bench { suite, preset, json } => bench(&suite, &preset, json.as_deref()),
+        Cmd::Generate(args) => generate(args),
     };
     match r {
         Ok(code) => code,
@@ -80,7 +86,8 @@ fn check(dir: &std::path::Path, device: &str) -> kiln::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let results = fixtures::run(dir, device)?;
+    let mut results = fixtures::run(dir, device)?;
+    results.extend(fixtures::run_models(dir, device));
     for r in &results {
         match &r.outcome {
             Outcome::Pass { max_err } => {
@@ -115,19 +122,99 @@ fn compile_kernels(archs: &str) -> kiln::Result<ExitCode> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn bench(suite: &str, json: Option<&std::path::Path>) -> kiln::Result<ExitCode> {
+fn bench(suite: &str, preset: &str, json: Option<&std::path::Path>) -> kiln::Result<ExitCode> {
     if let Err(why) = kiln::cuda::availability() {
         println!("bench: no CUDA device ({why}); the {suite} suite needs one");
         return Ok(ExitCode::SUCCESS);
     }
     let value = match suite {
         "runtime" => kiln_bench::runtime::run()?,
-        other => return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime)"))),
+        "decode" => kiln_bench::decode::run(preset)?,
+        other => return Err(kiln::Error::invalid("bench", format!("unknown suite {other:?} (runtime, decode)"))),
     };
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&value).expect("JSON values serialise");
         std::fs::write(path, text)
             .map_err(|e| kiln::Error::Io { path: path.display().to_string(), source: e })?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    /// Model folder: config.json, *.safetensors, tokenizer.json.
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template as one user message.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Weights as bf16 or f32 (converted on load).
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// 0 = greedy (default: generation_config.json's when it samples, else greedy).
+    #[arg(long)]
+    temperature: Option<f64>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f64>,
+    #[arg(long)]
+    repetition_penalty: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// Streams the generated text to stdout; prefill and decode tokens/s go to stderr.
+fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
+    use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
+    use std::io::Write;
+    let device = Device::parse(&a.device)?;
+    let dtype = match a.dtype.as_str() {
+        "bf16" => kiln::DType::BF16,
+        "f32" => kiln::DType::F32,
+        other => return Err(kiln::Error::invalid("generate", format!("--dtype {other:?} (bf16, f32)"))),
+    };
+    let tok = Tokenizer::load(&a.model)?;
+    let prompt = if a.chat {
+        let text = ChatTemplate::load(&a.model)?.render(&[("user", &a.prompt)], true)?;
+        tok.encode(&text, false)?
+    } else {
+        tok.encode(&a.prompt, true)?
+    };
+    let model = Model::load(&a.model, device, dtype)?;
+    let gcfg = GenerationConfig::load(&a.model, &model.config)?;
+    let sampling = kiln_models::SamplingParams {
+        temperature: a.temperature.unwrap_or(if gcfg.do_sample { gcfg.temperature.unwrap_or(1.0) } else { 0.0 }),
+        top_k: a.top_k.unwrap_or(if gcfg.do_sample { gcfg.top_k.unwrap_or(50) } else { 0 }),
+        top_p: a.top_p.or(gcfg.top_p.filter(|_| gcfg.do_sample)).unwrap_or(1.0),
+        repetition_penalty: a.repetition_penalty.or(gcfg.repetition_penalty).unwrap_or(1.0),
+        seed: a.seed,
+    };
+    let opts =
+        kiln_models::GenerateOptions { max_tokens: a.max_tokens, sampling, eos_token_ids: gcfg.eos_token_ids };
+    let mut stream = tok.stream();
+    let mut out = std::io::stdout();
+    let stats = kiln_models::generate(&model, &prompt, &opts, |id| {
+        write!(out, "{}", stream.push(id)?).and_then(|_| out.flush()).map_err(|e| kiln::Error::Io {
+            path: "stdout".into(),
+            source: e,
+        })
+    })?;
+    println!();
+    eprintln!(
+        "{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s",
+        dtype,
+        stats.prompt_tokens,
+        stats.prefill_tokens_per_sec(),
+        stats.decode_steps,
+        stats.decode_tokens_per_sec()
+    );
     Ok(ExitCode::SUCCESS)
 }
