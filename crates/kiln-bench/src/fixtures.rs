@@ -209,6 +209,26 @@ fn run_case(c: &Case, file: &SafetensorsFile, device: Device) -> Outcome {
     Outcome::Pass { max_err: worst }
 }
 
+/// The fixture models of `dir/models` (issue "Models I"): weights in f32, transformers'
+/// prefill logits within `golden::F32_LOGIT_TOL` and its greedy tokens exactly.
+pub fn run_models(dir: &Path, device: Device) -> Vec<CaseResult> {
+    use kiln_models::golden;
+    golden::ARCHS
+        .iter()
+        .map(|arch| {
+            let r = golden::check(&dir.join("models").join(arch), device, DType::F32);
+            let outcome = match r {
+                Err(e) => Outcome::Fail(e.to_string()),
+                Ok(r) => match golden::verdict(&r, DType::F32) {
+                    Ok(()) => Outcome::Pass { max_err: r.max_logit_err },
+                    Err(msg) => Outcome::Fail(msg),
+                },
+            };
+            CaseResult { case: format!("model_{arch}"), op: "model logits+greedy".into(), outcome }
+        })
+        .collect()
+}
+
 /// `N passed, N failed, N skipped` over a set of results.
 pub fn summary(results: &[CaseResult]) -> (usize, usize, usize) {
     let mut s = (0, 0, 0);

@@ -35,28 +35,44 @@ pub fn correctness(device: Device) -> Result<Value> {
     )
 }
 
+/// Settings of the suites that take any.
+#[derive(Debug, Clone, Copy)]
+pub struct Options<'a> {
+    /// PyTorch peer: `Some("torch")` requires it, `Some("none")` skips it, `None` runs it if it can.
+    pub peer: Option<&'a str>,
+    /// Model shape of the decode suite.
+    pub preset: &'a str,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Options { peer: None, preset: "llama-3.1-8b" }
+    }
+}
+
 /// Runs one named suite.
-pub fn run_suite(name: &str, device: Device, peer: Option<&str>) -> Result<Value> {
+pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
     match name {
         "cpu" => crate::cpu::run(1024, 16 << 20, 10),
         "runtime" => crate::runtime::run(),
         "correctness" => correctness(device),
-        "linear" => crate::linear::run(peer),
+        "linear" => crate::linear::run(opts.peer),
         "reductions" => crate::reductions::run(),
         "fp8" => crate::fp8::run(),
+        "decode" => crate::decode::run(opts.preset),
         other => Err(Error::invalid(
             "bench",
-            format!("unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, correctness, default, all)"),
+            format!("unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, decode, correctness, default, all)"),
         )),
     }
 }
 
 /// Runs `suites` and returns the whole result document.
-pub fn run(suites: &[&str], device: Device, peer: Option<&str>) -> Result<Value> {
+pub fn run(suites: &[&str], device: Device, opts: &Options) -> Result<Value> {
     let mut out = serde_json::Map::new();
     for s in suites {
         println!("== {s}");
-        out.insert(s.to_string(), run_suite(s, device, peer)?);
+        out.insert(s.to_string(), run_suite(s, device, opts)?);
     }
     Ok(json!({ "schema": SCHEMA, "provenance": provenance(), "suites": out }))
 }

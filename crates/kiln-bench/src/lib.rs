@@ -2,6 +2,7 @@
 //! helpers shared by the suites.
 
 pub mod cpu;
+pub mod decode;
 pub mod fixtures;
 pub mod fp8;
 pub mod harness;

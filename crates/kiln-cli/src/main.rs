@@ -1,4 +1,4 @@
-//! `kiln`: info, check (and later bench, generate).
+//! `kiln`: info, check, bench, generate.
 
 use clap::{Parser, Subcommand};
 use kiln::Device;
@@ -35,6 +35,9 @@ enum Cmd {
         /// cpu, cuda, cuda:N or auto.
         #[arg(long, default_value = "auto")]
         device: String,
+        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b or all.
+        #[arg(long, default_value = "llama-3.1-8b")]
+        preset: String,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -45,6 +48,8 @@ enum Cmd {
         #[arg(long)]
         peer: Option<String>,
     },
+    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe).
+    Generate(GenerateArgs),
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {
         /// Comma-separated target architectures, e.g. sm_80,sm_90a.
@@ -59,9 +64,11 @@ fn main() -> ExitCode {
         Cmd::Info => info(),
         Cmd::Check { fixtures, device } => check(&fixtures, &device),
         Cmd::Kernels { check } => compile_kernels(&check),
-        Cmd::Bench { suite, device, json, compare, peer } => {
-            bench(&suite, &device, json.as_deref(), compare.as_deref(), peer.as_deref())
+        Cmd::Bench { suite, device, preset, json, compare, peer } => {
+            let opts = kiln_bench::harness::Options { peer: peer.as_deref(), preset: &preset };
+            bench(&suite, &device, &opts, json.as_deref(), compare.as_deref())
         }
+        Cmd::Generate(args) => generate(args),
     };
     match r {
         Ok(code) => code,
@@ -104,7 +111,8 @@ fn check(dir: &std::path::Path, device: &str) -> kiln::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let results = fixtures::run(dir, device)?;
+    let mut results = fixtures::run(dir, device)?;
+    results.extend(fixtures::run_models(dir, device));
     for r in &results {
         match &r.outcome {
             Outcome::Pass { max_err } => {
@@ -142,9 +150,9 @@ fn compile_kernels(archs: &str) -> kiln::Result<ExitCode> {
 fn bench(
     suite: &str,
     device: &str,
+    opts: &kiln_bench::harness::Options,
     json: Option<&std::path::Path>,
     compare: Option<&std::path::Path>,
-    peer: Option<&str>,
 ) -> kiln::Result<ExitCode> {
     use kiln_bench::harness;
     let device = Device::parse(device)?;
@@ -159,7 +167,7 @@ fn bench(
         "all" => vec!["cpu", "runtime", "correctness"],
         one => vec![one],
     };
-    let doc = harness::run(&suites, device, peer)?;
+    let doc = harness::run(&suites, device, opts)?;
     let io = |path: &std::path::Path, e: std::io::Error| kiln::Error::Io {
         path: path.display().to_string(),
         source: e,
@@ -174,5 +182,84 @@ fn bench(
             .map_err(|e| kiln::Error::File { path: path.display().to_string(), msg: e.to_string() })?;
         print!("{}", harness::compare(&old, &doc));
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    /// Model folder: config.json, *.safetensors, tokenizer.json.
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template as one user message.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Weights as bf16 or f32 (converted on load).
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// 0 = greedy (default: generation_config.json's when it samples, else greedy).
+    #[arg(long)]
+    temperature: Option<f64>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f64>,
+    #[arg(long)]
+    repetition_penalty: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// Streams the generated text to stdout; prefill and decode tokens/s go to stderr.
+fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
+    use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
+    use std::io::Write;
+    let device = Device::parse(&a.device)?;
+    let dtype = match a.dtype.as_str() {
+        "bf16" => kiln::DType::BF16,
+        "f32" => kiln::DType::F32,
+        other => return Err(kiln::Error::invalid("generate", format!("--dtype {other:?} (bf16, f32)"))),
+    };
+    let tok = Tokenizer::load(&a.model)?;
+    let prompt = if a.chat {
+        let text = ChatTemplate::load(&a.model)?.render(&[("user", &a.prompt)], true)?;
+        tok.encode(&text, false)?
+    } else {
+        tok.encode(&a.prompt, true)?
+    };
+    let model = Model::load(&a.model, device, dtype)?;
+    let gcfg = GenerationConfig::load(&a.model, &model.config)?;
+    let sampling = kiln_models::SamplingParams {
+        temperature: a.temperature.unwrap_or(if gcfg.do_sample { gcfg.temperature.unwrap_or(1.0) } else { 0.0 }),
+        top_k: a.top_k.unwrap_or(if gcfg.do_sample { gcfg.top_k.unwrap_or(50) } else { 0 }),
+        top_p: a.top_p.or(gcfg.top_p.filter(|_| gcfg.do_sample)).unwrap_or(1.0),
+        repetition_penalty: a.repetition_penalty.or(gcfg.repetition_penalty).unwrap_or(1.0),
+        seed: a.seed,
+    };
+    let opts =
+        kiln_models::GenerateOptions { max_tokens: a.max_tokens, sampling, eos_token_ids: gcfg.eos_token_ids };
+    let mut stream = tok.stream();
+    let mut out = std::io::stdout();
+    let stats = kiln_models::generate(&model, &prompt, &opts, |id| {
+        write!(out, "{}", stream.push(id)?).and_then(|_| out.flush()).map_err(|e| kiln::Error::Io {
+            path: "stdout".into(),
+            source: e,
+        })
+    })?;
+    println!();
+    eprintln!(
+        "{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s",
+        dtype,
+        stats.prompt_tokens,
+        stats.prefill_tokens_per_sec(),
+        stats.decode_steps,
+        stats.decode_tokens_per_sec()
+    );
     Ok(ExitCode::SUCCESS)
 }

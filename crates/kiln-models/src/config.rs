@@ -1,50 +1,372 @@
-//! `config.json` of a Hugging Face model folder: the fields every family needs.
+//! `config.json` and `generation_config.json` of a Hugging Face model folder, checked
+//! into the few numbers the decoder families need. Both transformers' older layout
+//! (`rope_theta` + `rope_scaling`) and its 5.x layout (`rope_parameters`) are read.
 
 use kiln::{Error, Result};
 use serde::Deserialize;
+use serde_json::Value;
 use std::path::Path;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct BaseConfig {
-    /// e.g. ["LlamaForCausalLM"]
-    #[serde(default)]
-    pub architectures: Vec<String>,
-    pub model_type: String,
-    pub hidden_size: usize,
-    pub num_hidden_layers: usize,
-    pub vocab_size: usize,
+/// The model families kiln can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen3,
+    Qwen3Moe,
 }
 
-impl BaseConfig {
-    /// Reads and parses `dir/config.json`; a missing file or field is an error naming it.
+impl Arch {
+    pub const SUPPORTED: &'static str = "llama, qwen3, qwen3_moe";
+
+    fn from_model_type(t: &str) -> Option<Arch> {
+        Some(match t {
+            "llama" => Arch::Llama,
+            "qwen3" => Arch::Qwen3,
+            "qwen3_moe" => Arch::Qwen3Moe,
+            _ => return None,
+        })
+    }
+}
+
+/// Frequency scaling of the rotary embedding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Llama 3.1's piecewise scaling of the low and middle frequencies.
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position: usize },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Hidden size of one expert's MLP.
+    pub intermediate_size: usize,
+    /// Renormalise the chosen experts' probabilities to sum to 1.
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer is sparse...
+    pub decoder_sparse_step: usize,
+    /// ...except these, which keep a dense MLP.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    pub hidden_size: usize,
+    /// Hidden size of the dense MLP.
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub rope_scaling: RopeScaling,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    /// Biases on the q/k/v/o projections.
+    pub attention_bias: bool,
+    /// RMS norm of each query and key head (Qwen3).
+    pub qk_norm: bool,
+    pub moe: Option<MoeConfig>,
+    /// `eos_token_id` of config.json (generation_config.json's takes precedence).
+    pub eos_token_ids: Vec<u32>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawRope {
+    rope_theta: Option<f64>,
+    rope_type: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    factor: Option<f64>,
+    low_freq_factor: Option<f64>,
+    high_freq_factor: Option<f64>,
+    original_max_position_embeddings: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    model_type: Option<String>,
+    #[serde(default)]
+    architectures: Vec<String>,
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    vocab_size: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<RawRope>,
+    rope_parameters: Option<RawRope>,
+    max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default)]
+    mlp_bias: bool,
+    hidden_act: Option<String>,
+    #[serde(default)]
+    use_sliding_window: bool,
+    num_experts: Option<usize>,
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    norm_topk_prob: bool,
+    decoder_sparse_step: Option<usize>,
+    #[serde(default)]
+    mlp_only_layers: Vec<usize>,
+    #[serde(default)]
+    eos_token_id: Value,
+}
+
+fn read_json(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })
+}
+
+/// `eos_token_id` as written by transformers: null, one id, or a list of ids.
+fn token_ids(v: &Value) -> Vec<u32> {
+    match v {
+        Value::Number(n) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
+        Value::Array(a) => a.iter().filter_map(|x| x.as_u64()).map(|n| n as u32).collect(),
+        _ => vec![],
+    }
+}
+
+impl Config {
+    /// Reads and checks `dir/config.json`; an unknown architecture, a missing field or an
+    /// inconsistent value is one error naming the file and what is wrong.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
-        serde_json::from_str(&text)
-            .map_err(|e| Error::File { path: path.display().to_string(), msg: e.to_string() })
+        Self::from_json(&read_json(&path)?)
+            .map_err(|msg| Error::File { path: path.display().to_string(), msg })
     }
+
+    pub fn from_json(text: &str) -> std::result::Result<Self, String> {
+        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let model_type = raw.model_type.clone().ok_or("missing \"model_type\"")?;
+        let arch = Arch::from_model_type(&model_type).ok_or_else(|| {
+            format!(
+                "unknown architecture {model_type:?} ({}); kiln supports {}",
+                raw.architectures.join(", "),
+                Arch::SUPPORTED
+            )
+        })?;
+        fn req<T>(v: Option<T>, name: &str) -> std::result::Result<T, String> {
+            v.ok_or_else(|| format!("missing \"{name}\""))
+        }
+        let hidden_size = req(raw.hidden_size, "hidden_size")?;
+        let num_heads = req(raw.num_attention_heads, "num_attention_heads")?;
+        let num_kv_heads = raw.num_key_value_heads.unwrap_or(num_heads);
+        let head_dim = raw.head_dim.unwrap_or(if num_heads > 0 { hidden_size / num_heads } else { 0 });
+        let rope = raw.rope_parameters.or(raw.rope_scaling).unwrap_or_default();
+        let rope_theta = req(rope.rope_theta.or(raw.rope_theta), "rope_theta")?;
+        let rope_type = rope.rope_type.or(rope.kind).unwrap_or_else(|| "default".into());
+        let rope_scaling = match rope_type.as_str() {
+            "default" => RopeScaling::None,
+            "llama3" => RopeScaling::Llama3 {
+                factor: req(rope.factor, "rope factor")?,
+                low_freq_factor: req(rope.low_freq_factor, "rope low_freq_factor")?,
+                high_freq_factor: req(rope.high_freq_factor, "rope high_freq_factor")?,
+                original_max_position: req(
+                    rope.original_max_position_embeddings,
+                    "rope original_max_position_embeddings",
+                )?,
+            },
+            other => return Err(format!("rope type {other:?} is not supported (default, llama3)")),
+        };
+        let moe = match arch {
+            Arch::Qwen3Moe => Some(MoeConfig {
+                num_experts: req(raw.num_experts.or(raw.num_local_experts), "num_experts")?,
+                top_k: req(raw.num_experts_per_tok, "num_experts_per_tok")?,
+                intermediate_size: req(raw.moe_intermediate_size, "moe_intermediate_size")?,
+                norm_topk_prob: raw.norm_topk_prob,
+                decoder_sparse_step: raw.decoder_sparse_step.unwrap_or(1),
+                mlp_only_layers: raw.mlp_only_layers,
+            }),
+            _ => None,
+        };
+        let c = Config {
+            arch,
+            hidden_size,
+            intermediate_size: req(raw.intermediate_size, "intermediate_size")?,
+            num_layers: req(raw.num_hidden_layers, "num_hidden_layers")?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size: req(raw.vocab_size, "vocab_size")?,
+            rms_norm_eps: req(raw.rms_norm_eps, "rms_norm_eps")?,
+            rope_theta,
+            rope_scaling,
+            max_position_embeddings: req(raw.max_position_embeddings, "max_position_embeddings")?,
+            tie_word_embeddings: raw.tie_word_embeddings,
+            attention_bias: raw.attention_bias,
+            qk_norm: arch != Arch::Llama,
+            moe,
+            eos_token_ids: token_ids(&raw.eos_token_id),
+        };
+        if raw.mlp_bias {
+            return Err("mlp_bias = true is not supported".into());
+        }
+        if raw.use_sliding_window {
+            return Err("use_sliding_window = true is not supported".into());
+        }
+        if let Some(act) = raw.hidden_act.filter(|a| a != "silu") {
+            return Err(format!("hidden_act {act:?} is not supported (silu)"));
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks that the sizes fit together.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let positive = [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_layers),
+            ("num_attention_heads", self.num_heads),
+            ("num_key_value_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("\"{name}\" must be positive"));
+        }
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return Err(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(format!("head_dim {} must be even for rotary embeddings", self.head_dim));
+        }
+        if !(self.rope_theta > 0.0 && self.rms_norm_eps >= 0.0) {
+            return Err(format!("bad rope_theta {} or rms_norm_eps {}", self.rope_theta, self.rms_norm_eps));
+        }
+        if let Some(m) = &self.moe {
+            if m.num_experts == 0 || m.top_k == 0 || m.top_k > m.num_experts || m.intermediate_size == 0 {
+                return Err(format!(
+                    "MoE sizes: {} experts, {} per token, expert size {}",
+                    m.num_experts, m.top_k, m.intermediate_size
+                ));
+            }
+            if m.decoder_sparse_step == 0 {
+                return Err("decoder_sparse_step must be positive".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether layer `i` has a sparse MoE block (else a dense MLP).
+    pub fn is_moe_layer(&self, i: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| {
+            !m.mlp_only_layers.contains(&i) && (i + 1).is_multiple_of(m.decoder_sparse_step)
+        })
+    }
+}
+
+/// `generation_config.json`: stop tokens and the sampling defaults a checkpoint ships.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerationConfig {
+    pub eos_token_ids: Vec<u32>,
+    pub do_sample: bool,
+    pub temperature: Option<f64>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct RawGeneration {
+    #[serde(default)]
+    eos_token_id: Value,
+    #[serde(default)]
+    do_sample: bool,
+    temperature: Option<f64>,
+    top_k: Option<usize>,
+    top_p: Option<f64>,
+    repetition_penalty: Option<f64>,
+}
+
+impl GenerationConfig {
+    /// Reads `dir/generation_config.json` (absent: defaults), taking the EOS ids of
+    /// `config` when the file names none.
+    pub fn load(dir: &Path, config: &Config) -> Result<Self> {
+        let path = dir.join("generation_config.json");
+        let mut g = if path.exists() {
+            let raw: RawGeneration = serde_json::from_str(&read_json(&path)?)
+                .map_err(|e| Error::File { path: path.display().to_string(), msg: e.to_string() })?;
+            GenerationConfig {
+                eos_token_ids: token_ids(&raw.eos_token_id),
+                do_sample: raw.do_sample,
+                temperature: raw.temperature,
+                top_k: raw.top_k,
+                top_p: raw.top_p,
+                repetition_penalty: raw.repetition_penalty,
+            }
+        } else {
+            GenerationConfig::default()
+        };
+        if g.eos_token_ids.is_empty() {
+            g.eos_token_ids = config.eos_token_ids.clone();
+        }
+        Ok(g)
+    }
+}
+
+/// `$KILN_FIXTURES`, else `../shared/fixtures` beside the repository.
+pub fn fixtures_dir() -> std::path::PathBuf {
+    std::env::var_os("KILN_FIXTURES")
+        .map(Into::into)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `$KILN_FIXTURES`, else `../shared/fixtures` beside the repository.
-    fn kiln_fixtures() -> std::path::PathBuf {
-        std::env::var_os("KILN_FIXTURES")
-            .map(Into::into)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"))
+    #[test]
+    fn fixture_configs_parse() {
+        let root = fixtures_dir().join("models");
+        let llama = Config::load(&root.join("llama")).unwrap();
+        assert_eq!((llama.arch, llama.num_kv_heads, llama.head_dim), (Arch::Llama, 2, 16));
+        assert!(matches!(llama.rope_scaling, RopeScaling::Llama3 { original_max_position: 64, .. }));
+        assert_eq!(GenerationConfig::load(&root.join("llama"), &llama).unwrap().eos_token_ids, vec![2]);
+        let q = Config::load(&root.join("qwen3")).unwrap();
+        assert!(q.tie_word_embeddings && q.qk_norm && q.moe.is_none());
+        let m = Config::load(&root.join("qwen3_moe")).unwrap();
+        let moe = m.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.top_k, moe.intermediate_size), (8, 2, 32));
+        assert!(m.is_moe_layer(0) && m.is_moe_layer(1));
+        let err = Config::load(Path::new("/nonexistent")).unwrap_err().to_string();
+        assert!(err.contains("config.json"), "{err}");
     }
 
     #[test]
-    fn fixture_configs_parse() {
-        let root = kiln_fixtures().join("models");
-        for arch in ["llama", "qwen3", "qwen3_moe"] {
-            let c = BaseConfig::load(&root.join(arch)).unwrap();
-            assert!(c.hidden_size > 0 && c.vocab_size > 0, "{arch}");
-        }
-        let err = BaseConfig::load(Path::new("/nonexistent")).unwrap_err().to_string();
-        assert!(err.contains("config.json"), "{err}");
+    fn bad_configs_say_what_is_wrong() {
+        let text = std::fs::read_to_string(fixtures_dir().join("models/qwen3/config.json")).unwrap();
+        let edit = |from: &str, to: &str| {
+            assert!(text.contains(from), "{from}");
+            Config::from_json(&text.replace(from, to)).unwrap_err()
+        };
+        let e = edit("\"model_type\": \"qwen3\"", "\"model_type\": \"mamba\"");
+        assert!(e.contains("unknown architecture \"mamba\"") && e.contains("qwen3_moe"), "{e}");
+        let e = edit("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3");
+        assert!(e.contains("num_key_value_heads 3"), "{e}");
+        let e = edit("\"hidden_size\": 64,", "");
+        assert!(e.contains("missing \"hidden_size\""), "{e}");
+        let e = edit("\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"");
+        assert!(e.contains("yarn"), "{e}");
+        let e = edit("\"vocab_size\": 512", "\"vocab_size\": \"big\"");
+        assert!(e.contains("vocab_size") || e.contains("invalid type"), "{e}");
     }
 }

@@ -1,5 +1,20 @@
-//! Model families built on kiln tensors. Loading of Hugging Face checkpoints and the
-//! decoder families arrive with the "Models I" issue; this crate holds their config
-//! parsing so far.
+//! Model families built on kiln tensors: Hugging Face checkpoint loading (config,
+//! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE decoders, a
+//! pre-allocated KV cache, on-device sampling and the generate loop.
 
+pub mod chat;
 pub mod config;
+pub mod generate;
+pub mod golden;
+pub mod kv_cache;
+pub mod layers;
+pub mod llama;
+pub mod loader;
+pub mod qwen3_moe;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use config::{Arch, Config, GenerationConfig};
+pub use generate::{generate, GenerateOptions, GenerateStats};
+pub use llama::Model;
+pub use sampling::SamplingParams;

@@ -1,0 +1,123 @@
+//! The chat template of a model folder (`chat_template.jinja`, or `chat_template` in
+//! `tokenizer_config.json`), rendered with minijinja the way transformers renders it
+//! (trim_blocks, lstrip_blocks, Python string methods, `raise_exception`).
+
+use kiln::{Error, Result};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{context, Environment, ErrorKind};
+use std::collections::BTreeMap;
+use serde_json::Value;
+use std::path::Path;
+
+pub struct ChatTemplate {
+    source: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+/// A special token as tokenizer_config.json writes it: a string or `{"content": …}`.
+fn token_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Object(o)) => o.get("content").and_then(Value::as_str).unwrap_or_default().to_string(),
+        _ => String::new(),
+    }
+}
+
+impl ChatTemplate {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let cfg_path = dir.join("tokenizer_config.json");
+        let file_err = |msg: String| Error::File { path: cfg_path.display().to_string(), msg };
+        let cfg: Value = match std::fs::read_to_string(&cfg_path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| file_err(e.to_string()))?,
+            Err(_) => Value::Null,
+        };
+        let jinja = dir.join("chat_template.jinja");
+        let source = if jinja.exists() {
+            std::fs::read_to_string(&jinja).map_err(|e| Error::Io { path: jinja.display().to_string(), source: e })?
+        } else {
+            match cfg.get("chat_template") {
+                Some(Value::String(s)) => s.clone(),
+                // A list of named templates: take "default".
+                Some(Value::Array(list)) => list
+                    .iter()
+                    .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                    .and_then(|t| t.get("template")?.as_str())
+                    .ok_or_else(|| file_err("no \"default\" entry in the chat_template list".into()))?
+                    .to_string(),
+                _ => return Err(file_err("the model has no chat template (--chat needs one)".into())),
+            }
+        };
+        Ok(ChatTemplate {
+            source,
+            bos_token: token_text(cfg.get("bos_token")),
+            eos_token: token_text(cfg.get("eos_token")),
+        })
+    }
+
+    pub fn from_source(source: &str, bos_token: &str, eos_token: &str) -> Self {
+        ChatTemplate { source: source.into(), bos_token: bos_token.into(), eos_token: eos_token.into() }
+    }
+
+    /// The prompt text of `(role, content)` messages, ending with the assistant's turn
+    /// opened when `add_generation_prompt`. Encode it without adding special tokens.
+    pub fn render(&self, messages: &[(&str, &str)], add_generation_prompt: bool) -> Result<String> {
+        let err = |e: minijinja::Error| Error::invalid("chat template", format!("{e:#}"));
+        let mut env = Environment::new();
+        env.set_syntax(SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(err)?);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        let tmpl = env.template_from_str(&self.source).map_err(err)?;
+        let messages: Vec<minijinja::Value> = messages
+            .iter()
+            .map(|&(role, content)| {
+                let (r, c) = (("role".to_string(), role.to_string()), ("content".to_string(), content.to_string()));
+                minijinja::Value::from_object(BTreeMap::from([r, c]))
+            })
+            .collect();
+        tmpl.render(context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        })
+        .map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of Qwen's ChatML template, with a Python string method in it.
+    const CHATML: &str = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\n' + m.content.strip() + \
+                          '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn renders_chatml() {
+        let t = ChatTemplate::from_source(CHATML, "", "<|im_end|>");
+        let s = t.render(&[("user", " hi ")], true).unwrap();
+        assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        let bad = ChatTemplate::from_source("{{ raise_exception('no system role') }}", "", "");
+        assert!(bad.render(&[], true).unwrap_err().to_string().contains("no system role"));
+    }
+
+    #[test]
+    fn loads_from_tokenizer_config() {
+        let dir = std::env::temp_dir().join(format!("kiln-chat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = serde_json::json!({
+            "bos_token": { "content": "<s>" },
+            "chat_template": [{ "name": "default", "template": "{{ bos_token }}{{ messages[0].content }}" }],
+        });
+        std::fs::write(dir.join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        let t = ChatTemplate::load(&dir).unwrap();
+        assert_eq!(t.render(&[("user", "x")], true).unwrap(), "<s>x");
+        std::fs::write(dir.join("tokenizer_config.json"), "{}").unwrap();
+        let e = ChatTemplate::load(&dir).err().unwrap().to_string();
+        assert!(e.contains("no chat template"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

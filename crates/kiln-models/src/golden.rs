@@ -1,0 +1,124 @@
+//! The fixture check shared by `cargo test`, the GPU test binary and `kiln check`: a
+//! model folder with `golden.safetensors` (transformers' prefill logits of `input_ids`
+//! and its greedy continuation) against kiln's forward pass and `generate`.
+
+use crate::generate::{generate, GenerateOptions};
+use crate::llama::Model;
+use crate::sampling::SamplingParams;
+use kiln::{DType, Device, Result};
+use std::path::Path;
+
+/// The fixture architectures this crate runs.
+pub const ARCHS: [&str; 3] = ["llama", "qwen3", "qwen3_moe"];
+
+/// Tolerance on the prefill logits for weights in f32 (the fixtures' reference dtype).
+pub const F32_LOGIT_TOL: f64 = 1e-3;
+
+#[derive(Clone, Debug)]
+pub struct GoldenReport {
+    pub max_logit_err: f64,
+    pub greedy: Vec<u32>,
+    pub want_greedy: Vec<u32>,
+}
+
+impl GoldenReport {
+    /// Leading greedy tokens equal to transformers'.
+    pub fn greedy_prefix(&self) -> usize {
+        self.greedy.iter().zip(&self.want_greedy).take_while(|(a, b)| a == b).count()
+    }
+
+    pub fn greedy_exact(&self) -> bool {
+        self.greedy == self.want_greedy
+    }
+}
+
+/// Runs the model of `dir` on `device` with weights in `dtype` against its golden file.
+pub fn check(dir: &Path, device: Device, dtype: DType) -> Result<GoldenReport> {
+    let model = Model::load(dir, device, dtype)?;
+    let golden = kiln::io::safetensors::load(dir.join("golden.safetensors"), Device::Cpu)?;
+    let get = |name: &str| {
+        golden.get(name).cloned().ok_or_else(|| kiln::Error::File {
+            path: dir.join("golden.safetensors").display().to_string(),
+            msg: format!("no tensor {name:?}"),
+        })
+    };
+    let (input, want_logits) = (get("input_ids")?, get("logits")?);
+    let want_greedy: Vec<u32> = get("greedy_ids")?.to_vec::<i64>()?.into_iter().map(|i| i as u32).collect();
+
+    let mut cache = model.new_cache(1, input.shape()[1])?;
+    let logits = model.logits(&model.forward(&input.to_device(device)?, &mut cache)?)?;
+    let diff = logits.to_dtype(DType::F32)?.to_device(Device::Cpu)?.sub(&want_logits)?.abs()?;
+    let max_logit_err = diff.max(&[], false)?.item()?;
+
+    let prompt: Vec<u32> = input.to_vec::<i64>()?.into_iter().map(|i| i as u32).collect();
+    let opts =
+        GenerateOptions { max_tokens: want_greedy.len(), sampling: SamplingParams::greedy(), eos_token_ids: vec![] };
+    let greedy = generate(&model, &prompt, &opts, |_| Ok(()))?.tokens;
+    Ok(GoldenReport { max_logit_err, greedy, want_greedy })
+}
+
+/// Ok, or why a report fails the fixture tolerances for `dtype`: f32 needs logits within
+/// [`F32_LOGIT_TOL`] and every greedy token; bf16 needs logits within `0.1` (bf16
+/// rounding through the layers) and the first 3 greedy tokens.
+pub fn verdict(r: &GoldenReport, dtype: DType) -> std::result::Result<(), String> {
+    let (tol, prefix) = if dtype == DType::F32 { (F32_LOGIT_TOL, r.want_greedy.len()) } else { (0.1, 3) };
+    if !(r.max_logit_err <= tol) {
+        return Err(format!("max |Δlogit| {:.3e} > {tol:e}", r.max_logit_err));
+    }
+    if r.greedy_prefix() < prefix {
+        return Err(format!("greedy {:?}, expected {:?}", r.greedy, r.want_greedy));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::fixtures_dir;
+
+    fn run(dtype: DType) {
+        for arch in ARCHS {
+            let r = check(&fixtures_dir().join("models").join(arch), Device::Cpu, dtype).unwrap();
+            println!("{arch} {dtype}: max |Δlogit| {:.3e} greedy {:?}", r.max_logit_err, r.greedy);
+            verdict(&r, dtype).unwrap_or_else(|e| panic!("{arch} {dtype}: {e}"));
+        }
+    }
+
+    /// Issue "Models I": transformers' logits and greedy tokens, weights in f32.
+    #[test]
+    fn fixtures_match_transformers_f32() {
+        run(DType::F32);
+    }
+
+    #[test]
+    fn fixtures_match_transformers_bf16() {
+        run(DType::BF16);
+    }
+
+    /// A checkpoint with a missing and a mis-shaped tensor fails with one error that
+    /// names both; an unknown architecture names itself.
+    #[test]
+    fn bad_checkpoints_name_their_tensors() {
+        let src = fixtures_dir().join("models/qwen3");
+        let dir = std::env::temp_dir().join(format!("kiln-badck-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["config.json", "generation_config.json"] {
+            std::fs::copy(src.join(f), dir.join(f)).unwrap();
+        }
+        let mut tensors = kiln::io::safetensors::load(src.join("model.safetensors"), Device::Cpu).unwrap();
+        tensors.remove("model.layers.1.self_attn.k_norm.weight");
+        let k = "model.layers.0.mlp.up_proj.weight";
+        tensors.insert(k.into(), tensors[k].reshape(&[64, 128]).unwrap());
+        let refs: Vec<(&str, &kiln::Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        kiln::io::safetensors::save(dir.join("model.safetensors"), &refs).unwrap();
+        let e = Model::load(&dir, Device::Cpu, DType::F32).err().expect("must fail").to_string();
+        assert!(e.contains("2 bad tensor"), "{e}");
+        assert!(e.contains("model.layers.1.self_attn.k_norm.weight: missing"), "{e}");
+        assert!(e.contains("model.layers.0.mlp.up_proj.weight: [64, 128]"), "{e}");
+        let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
+        std::fs::write(dir.join("config.json"), cfg.replace("\"qwen3\"", "\"gpt_oss\"")).unwrap();
+        let e = Model::load(&dir, Device::Cpu, DType::F32).err().unwrap().to_string();
+        assert!(e.contains("config.json") && e.contains("unknown architecture \"gpt_oss\""), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,253 @@
+//! The building blocks of the decoder families: linear, RMS norm, gated MLP, rotary
+//! embedding and grouped-query attention over the KV cache, composed of kiln ops.
+
+use crate::config::{Config, RopeScaling};
+use crate::kv_cache::KvCache;
+use crate::loader::WeightSource;
+use kiln::{DType, Device, Result, Tensor};
+
+/// `x @ weight.T (+ bias)`, weight `[out, in]` as stored.
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn load(src: &mut dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
+        let weight = src.get(&format!("{prefix}.weight"), &[out, inp])?;
+        let bias = if bias { Some(src.get(&format!("{prefix}.bias"), &[out])?) } else { None };
+        Ok(Linear { weight, bias })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+pub struct RmsNorm {
+    pub weight: Tensor,
+    pub eps: f64,
+}
+
+impl RmsNorm {
+    pub fn load(src: &mut dyn WeightSource, name: &str, size: usize, eps: f64) -> Result<Self> {
+        Ok(RmsNorm { weight: src.get(name, &[size])?, eps })
+    }
+
+    /// Normalises the last dim.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.rms_norm(self.weight.shape(), Some(&self.weight), Some(self.eps))
+    }
+}
+
+/// `down(silu(gate(x)) * up(x))`, with gate and up fused into one `[2·I, H]` weight at
+/// load so the step costs one matmul for both.
+pub struct Mlp {
+    pub gate_up: Tensor,
+    pub down: Tensor,
+}
+
+impl Mlp {
+    pub fn load(src: &mut dyn WeightSource, prefix: &str, hidden: usize, inter: usize) -> Result<Self> {
+        let gate = src.get(&format!("{prefix}.gate_proj.weight"), &[inter, hidden])?;
+        let up = src.get(&format!("{prefix}.up_proj.weight"), &[inter, hidden])?;
+        let down = src.get(&format!("{prefix}.down_proj.weight"), &[hidden, inter])?;
+        Ok(Mlp { gate_up: Tensor::cat(&[gate, up], 0)?, down })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = x.linear(&self.gate_up, None)?;
+        swiglu(&h)?.linear(&self.down, None)
+    }
+}
+
+/// `silu(gate) * up` of a `[…, 2·I]` tensor holding gate then up.
+pub fn swiglu(h: &Tensor) -> Result<Tensor> {
+    let i = h.size(-1)? / 2;
+    h.narrow(-1, 0, i)?.silu()?.mul(&h.narrow(-1, i, i)?)
+}
+
+/// Rotary embedding tables, `[positions, head_dim]`, in the model's dtype. `sin` has
+/// its first half negated so that `rotate_half(x) * sin == swap_halves(x) * sin_signed`.
+pub struct Rope {
+    cos: Tensor,
+    sin_signed: Tensor,
+}
+
+/// Inverse frequencies of the rotary embedding, with Llama 3.1 scaling applied.
+pub fn inv_freq(cfg: &Config) -> Vec<f64> {
+    let d = cfg.head_dim;
+    let base: Vec<f64> = (0..d / 2).map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f64 / d as f64)).collect();
+    match cfg.rope_scaling {
+        RopeScaling::None => base,
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+            let old = original_max_position as f64;
+            let (low_wavelen, high_wavelen) = (old / low_freq_factor, old / high_freq_factor);
+            base.into_iter()
+                .map(|f| {
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    if wavelen < high_wavelen {
+                        f
+                    } else if wavelen > low_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+impl Rope {
+    /// Tables for positions `0..positions`.
+    pub fn new(cfg: &Config, positions: usize, device: Device, dtype: DType) -> Result<Self> {
+        let freqs = inv_freq(cfg);
+        let (d, half) = (cfg.head_dim, cfg.head_dim / 2);
+        let (mut cos, mut sin) = (Vec::with_capacity(positions * d), Vec::with_capacity(positions * d));
+        for p in 0..positions {
+            for j in 0..d {
+                let angle = p as f64 * freqs[j % half];
+                cos.push(angle.cos() as f32);
+                sin.push(if j < half { -angle.sin() } else { angle.sin() } as f32);
+            }
+        }
+        let table = |v: Vec<f32>| Tensor::from_vec(v, &[positions, d], device)?.to_dtype(dtype);
+        Ok(Rope { cos: table(cos)?, sin_signed: table(sin)? })
+    }
+
+    pub fn positions(&self) -> usize {
+        self.cos.shape()[0]
+    }
+
+    /// Rotates `x` `[B, heads, T, D]` whose tokens sit at positions `pos..pos+T`.
+    pub fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
+        let (t, d) = (x.size(-2)?, x.size(-1)?);
+        let (cos, sin) = (self.cos.narrow(0, pos, t)?, self.sin_signed.narrow(0, pos, t)?);
+        let swapped = Tensor::cat(&[x.narrow(-1, d / 2, d / 2)?, x.narrow(-1, 0, d / 2)?], -1)?;
+        x.mul(&cos)?.add(&swapped.mul(&sin)?)
+    }
+}
+
+/// Grouped-query attention with an optional RMS norm of each query and key head (Qwen3).
+pub struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    pub fn load(src: &mut dyn WeightSource, prefix: &str, cfg: &Config) -> Result<Self> {
+        let (h, d, b) = (cfg.hidden_size, cfg.head_dim, cfg.attention_bias);
+        let (qd, kvd) = (cfg.num_heads * d, cfg.num_kv_heads * d);
+        let norm = |src: &mut dyn WeightSource, n: &str| -> Result<Option<RmsNorm>> {
+            cfg.qk_norm.then(|| RmsNorm::load(src, &format!("{prefix}.{n}.weight"), d, cfg.rms_norm_eps)).transpose()
+        };
+        Ok(Attention {
+            q: Linear::load(src, &format!("{prefix}.q_proj"), qd, h, b)?,
+            k: Linear::load(src, &format!("{prefix}.k_proj"), kvd, h, b)?,
+            v: Linear::load(src, &format!("{prefix}.v_proj"), kvd, h, b)?,
+            o: Linear::load(src, &format!("{prefix}.o_proj"), h, qd, b)?,
+            q_norm: norm(src, "q_norm")?,
+            k_norm: norm(src, "k_norm")?,
+            heads: cfg.num_heads,
+            kv_heads: cfg.num_kv_heads,
+            head_dim: d,
+        })
+    }
+
+    /// `x` `[B, T, H]` at positions `cache.len()..+T` of layer `layer`; appends this
+    /// step's keys and values to the cache.
+    pub fn forward(&self, x: &Tensor, rope: &Rope, cache: &mut KvCache, layer: usize) -> Result<Tensor> {
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let (hq, hkv, d) = (self.heads, self.kv_heads, self.head_dim);
+        let pos = cache.len();
+        let mut q = self.q.forward(x)?.reshape(&[b, t, hq, d])?;
+        let mut k = self.k.forward(x)?.reshape(&[b, t, hkv, d])?;
+        let v = self.v.forward(x)?.reshape(&[b, t, hkv, d])?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        let q = rope.apply(&q.transpose(1, 2)?, pos)?;
+        let k = rope.apply(&k.transpose(1, 2)?, pos)?;
+        let (keys, values) = cache.append(layer, &k, &v.transpose(1, 2)?)?;
+        let len = pos + t;
+        // Each KV head serves `g` query heads: fold them into the row dim, so K and V
+        // are used as they lie in the cache (no expand, no copy).
+        let g = hq / hkv;
+        let q = q.reshape(&[b, hkv, g * t, d])?;
+        let scores = q.matmul(&keys.transpose(-1, -2)?)?.mul_scalar(1.0 / (d as f64).sqrt())?;
+        let mut scores = scores.to_dtype(DType::F32)?;
+        if t > 1 {
+            let mask = causal_mask(t, pos, x.device())?;
+            scores = scores.reshape(&[b, hkv, g, t, len])?.add(&mask)?.reshape(&[b, hkv, g * t, len])?;
+        }
+        let probs = scores.softmax(-1)?.to_dtype(x.dtype())?;
+        let out = probs.matmul(&values)?.reshape(&[b, hq, t, d])?.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
+        self.o.forward(&out)
+    }
+
+    pub fn nbytes(&self) -> usize {
+        let lin = |l: &Linear| l.weight.nbytes() + l.bias.as_ref().map_or(0, |b| b.nbytes());
+        let norm = |n: &Option<RmsNorm>| n.as_ref().map_or(0, |n| n.weight.nbytes());
+        lin(&self.q) + lin(&self.k) + lin(&self.v) + lin(&self.o) + norm(&self.q_norm) + norm(&self.k_norm)
+    }
+}
+
+/// `[t, pos + t]` additive f32 mask: query `i` (at position `pos + i`) sees keys `0..=pos + i`.
+fn causal_mask(t: usize, pos: usize, device: Device) -> Result<Tensor> {
+    let len = pos + t;
+    let m: Vec<f32> =
+        (0..t).flat_map(|i| (0..len).map(move |j| if j <= pos + i { 0.0 } else { f32::NEG_INFINITY })).collect();
+    Tensor::from_vec(m, &[t, len], device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let mut cfg = Config::from_json(
+            &std::fs::read_to_string(crate::config::fixtures_dir().join("models/llama/config.json")).unwrap(),
+        )
+        .unwrap();
+        let scaled = inv_freq(&cfg);
+        cfg.rope_scaling = RopeScaling::None;
+        let plain = inv_freq(&cfg);
+        assert_eq!(scaled[0], plain[0]); // wavelength 2π < 64/4: unchanged
+        let last = plain.len() - 1; // wavelength > 64: divided by the factor 8
+        assert!((scaled[last] * 8.0 - plain[last]).abs() < 1e-15);
+        assert!(scaled.iter().zip(&plain).all(|(s, p)| s <= p && *s >= p / 8.0 - 1e-18));
+    }
+
+    #[test]
+    fn rope_matches_rotate_half_formula() {
+        let cfg = Config::from_json(
+            &std::fs::read_to_string(crate::config::fixtures_dir().join("models/qwen3/config.json")).unwrap(),
+        )
+        .unwrap();
+        let rope = Rope::new(&cfg, 8, Device::Cpu, DType::F64).unwrap();
+        let x = Tensor::randn(&[1, 2, 3, 16], 5, DType::F64, Device::Cpu).unwrap();
+        let got = rope.apply(&x, 4).unwrap().to_vec::<f64>().unwrap();
+        let xs = x.to_vec::<f64>().unwrap();
+        let f = inv_freq(&cfg);
+        for (row, chunk) in xs.chunks(16).enumerate() {
+            let p = (4 + row % 3) as f64;
+            for j in 0..16 {
+                let a = p * f[j % 8];
+                let rot = if j < 8 { -chunk[j + 8] } else { chunk[j - 8] };
+                let want = chunk[j] * a.cos() + rot * a.sin();
+                assert!((got[row * 16 + j] - want).abs() < 1e-6, "{row} {j}");
+            }
+        }
+    }
+}
