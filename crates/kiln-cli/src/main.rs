@@ -236,21 +236,27 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     let model = Model::load(&a.model, device, dtype)?;
     let gcfg = GenerationConfig::load(&a.model, &model.config)?;
     let sampling = kiln_models::SamplingParams {
-        temperature: a.temperature.unwrap_or(if gcfg.do_sample { gcfg.temperature.unwrap_or(1.0) } else { 0.0 }),
+        temperature: a.temperature.unwrap_or(if gcfg.do_sample {
+            gcfg.temperature.unwrap_or(1.0)
+        } else {
+            0.0
+        }),
         top_k: a.top_k.unwrap_or(if gcfg.do_sample { gcfg.top_k.unwrap_or(50) } else { 0 }),
         top_p: a.top_p.or(gcfg.top_p.filter(|_| gcfg.do_sample)).unwrap_or(1.0),
         repetition_penalty: a.repetition_penalty.or(gcfg.repetition_penalty).unwrap_or(1.0),
         seed: a.seed,
     };
-    let opts =
-        kiln_models::GenerateOptions { max_tokens: a.max_tokens, sampling, eos_token_ids: gcfg.eos_token_ids };
+    let opts = kiln_models::GenerateOptions {
+        max_tokens: a.max_tokens,
+        sampling,
+        eos_token_ids: gcfg.eos_token_ids,
+    };
     let mut stream = tok.stream();
     let mut out = std::io::stdout();
     let stats = kiln_models::generate(&model, &prompt, &opts, |id| {
-        write!(out, "{}", stream.push(id)?).and_then(|_| out.flush()).map_err(|e| kiln::Error::Io {
-            path: "stdout".into(),
-            source: e,
-        })
+        write!(out, "{}", stream.push(id)?)
+            .and_then(|_| out.flush())
+            .map_err(|e| kiln::Error::Io { path: "stdout".into(), source: e })
     })?;
     println!();
     eprintln!(

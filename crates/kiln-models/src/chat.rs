@@ -5,8 +5,8 @@
 use kiln::{Error, Result};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{context, Environment, ErrorKind};
-use std::collections::BTreeMap;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub struct ChatTemplate {
@@ -34,7 +34,8 @@ impl ChatTemplate {
         };
         let jinja = dir.join("chat_template.jinja");
         let source = if jinja.exists() {
-            std::fs::read_to_string(&jinja).map_err(|e| Error::Io { path: jinja.display().to_string(), source: e })?
+            std::fs::read_to_string(&jinja)
+                .map_err(|e| Error::Io { path: jinja.display().to_string(), source: e })?
         } else {
             match cfg.get("chat_template") {
                 Some(Value::String(s)) => s.clone(),
@@ -73,7 +74,8 @@ impl ChatTemplate {
         let messages: Vec<minijinja::Value> = messages
             .iter()
             .map(|&(role, content)| {
-                let (r, c) = (("role".to_string(), role.to_string()), ("content".to_string(), content.to_string()));
+                let (r, c) =
+                    (("role".to_string(), role.to_string()), ("content".to_string(), content.to_string()));
                 minijinja::Value::from_object(BTreeMap::from([r, c]))
             })
             .collect();

@@ -33,7 +33,12 @@ impl Arch {
 pub enum RopeScaling {
     None,
     /// Llama 3.1's piecewise scaling of the low and middle frequencies.
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position: usize },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -165,7 +170,7 @@ impl Config {
         let hidden_size = req(raw.hidden_size, "hidden_size")?;
         let num_heads = req(raw.num_attention_heads, "num_attention_heads")?;
         let num_kv_heads = raw.num_key_value_heads.unwrap_or(num_heads);
-        let head_dim = raw.head_dim.unwrap_or(if num_heads > 0 { hidden_size / num_heads } else { 0 });
+        let head_dim = raw.head_dim.unwrap_or(hidden_size.checked_div(num_heads).unwrap_or(0));
         let rope = raw.rope_parameters.or(raw.rope_scaling).unwrap_or_default();
         let rope_theta = req(rope.rope_theta.or(raw.rope_theta), "rope_theta")?;
         let rope_type = rope.rope_type.or(rope.kind).unwrap_or_else(|| "default".into());
@@ -268,9 +273,9 @@ impl Config {
 
     /// Whether layer `i` has a sparse MoE block (else a dense MLP).
     pub fn is_moe_layer(&self, i: usize) -> bool {
-        self.moe.as_ref().is_some_and(|m| {
-            !m.mlp_only_layers.contains(&i) && (i + 1).is_multiple_of(m.decoder_sparse_step)
-        })
+        self.moe
+            .as_ref()
+            .is_some_and(|m| !m.mlp_only_layers.contains(&i) && (i + 1).is_multiple_of(m.decoder_sparse_step))
     }
 }
 

@@ -13,7 +13,13 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn load(src: &mut dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
+    pub fn load(
+        src: &mut dyn WeightSource,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> Result<Self> {
         let weight = src.get(&format!("{prefix}.weight"), &[out, inp])?;
         let bias = if bias { Some(src.get(&format!("{prefix}.bias"), &[out])?) } else { None };
         Ok(Linear { weight, bias })
@@ -148,7 +154,9 @@ impl Attention {
         let (h, d, b) = (cfg.hidden_size, cfg.head_dim, cfg.attention_bias);
         let (qd, kvd) = (cfg.num_heads * d, cfg.num_kv_heads * d);
         let norm = |src: &mut dyn WeightSource, n: &str| -> Result<Option<RmsNorm>> {
-            cfg.qk_norm.then(|| RmsNorm::load(src, &format!("{prefix}.{n}.weight"), d, cfg.rms_norm_eps)).transpose()
+            cfg.qk_norm
+                .then(|| RmsNorm::load(src, &format!("{prefix}.{n}.weight"), d, cfg.rms_norm_eps))
+                .transpose()
         };
         Ok(Attention {
             q: Linear::load(src, &format!("{prefix}.q_proj"), qd, h, b)?,
@@ -191,7 +199,8 @@ impl Attention {
             scores = scores.reshape(&[b, hkv, g, t, len])?.add(&mask)?.reshape(&[b, hkv, g * t, len])?;
         }
         let probs = scores.softmax(-1)?.to_dtype(x.dtype())?;
-        let out = probs.matmul(&values)?.reshape(&[b, hq, t, d])?.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
+        let out =
+            probs.matmul(&values)?.reshape(&[b, hq, t, d])?.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
         self.o.forward(&out)
     }
 
@@ -205,8 +214,9 @@ impl Attention {
 /// `[t, pos + t]` additive f32 mask: query `i` (at position `pos + i`) sees keys `0..=pos + i`.
 fn causal_mask(t: usize, pos: usize, device: Device) -> Result<Tensor> {
     let len = pos + t;
-    let m: Vec<f32> =
-        (0..t).flat_map(|i| (0..len).map(move |j| if j <= pos + i { 0.0 } else { f32::NEG_INFINITY })).collect();
+    let m: Vec<f32> = (0..t)
+        .flat_map(|i| (0..len).map(move |j| if j <= pos + i { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
     Tensor::from_vec(m, &[t, len], device)
 }
 

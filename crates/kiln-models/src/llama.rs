@@ -73,8 +73,11 @@ impl Model {
             })
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(src, "model.norm.weight", h, eps)?;
-        let lm_head =
-            if c.tie_word_embeddings { embed.clone() } else { src.get("lm_head.weight", &[c.vocab_size, h])? };
+        let lm_head = if c.tie_word_embeddings {
+            embed.clone()
+        } else {
+            src.get("lm_head.weight", &[c.vocab_size, h])?
+        };
         let positions = c.max_position_embeddings.min(MAX_POSITIONS);
         let rope = Rope::new(c, positions, src.device(), src.dtype())?;
         Ok(Model { config, embed, layers, norm, lm_head, rope })
@@ -107,7 +110,8 @@ impl Model {
             &[b, t] => (b, t),
             s => return Err(Error::bad_shape("model", format!("token ids must be [B, T], got {s:?}"))),
         };
-        let mut x = self.embed.index_select(0, &ids.reshape(&[b * t])?)?.reshape(&[b, t, self.config.hidden_size])?;
+        let mut x =
+            self.embed.index_select(0, &ids.reshape(&[b * t])?)?.reshape(&[b, t, self.config.hidden_size])?;
         for (i, l) in self.layers.iter().enumerate() {
             let a = l.attn.forward(&l.input_norm.forward(&x)?, &self.rope, cache, i)?;
             x = x.add(&a)?;

@@ -75,7 +75,8 @@ impl WeightSource for CheckpointSource {
         }
         let meta = self.ck.meta(name)?;
         if meta.shape != shape || !meta.dtype.is_float() {
-            self.problems.push(format!("{name}: {:?} {} (expected {shape:?}, float)", meta.shape, meta.dtype));
+            self.problems
+                .push(format!("{name}: {:?} {} (expected {shape:?}, float)", meta.shape, meta.dtype));
             return self.placeholder(shape);
         }
         self.bar.set_message(name.to_string());

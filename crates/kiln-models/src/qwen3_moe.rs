@@ -125,7 +125,8 @@ mod tests {
     #[test]
     fn gathered_and_grouped_agree() {
         let text =
-            std::fs::read_to_string(crate::config::fixtures_dir().join("models/qwen3_moe/config.json")).unwrap();
+            std::fs::read_to_string(crate::config::fixtures_dir().join("models/qwen3_moe/config.json"))
+                .unwrap();
         let cfg = Config::from_json(&text).unwrap();
         let mut src = RandomSource::new(Device::Cpu, DType::F32, 3);
         src.std = 0.3;

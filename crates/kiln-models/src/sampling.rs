@@ -42,7 +42,9 @@ pub struct Sampler {
 impl Sampler {
     /// A sampler for sequences of up to `capacity` tokens.
     pub fn new(params: SamplingParams, capacity: usize, device: Device) -> Result<Self> {
-        if params.temperature < 0.0 || !(params.top_p > 0.0 && params.top_p <= 1.0) || params.repetition_penalty <= 0.0
+        if params.temperature < 0.0
+            || !(params.top_p > 0.0 && params.top_p <= 1.0)
+            || params.repetition_penalty <= 0.0
         {
             return Err(kiln::Error::invalid(
                 "sampling",
@@ -159,7 +161,12 @@ mod tests {
         assert_ne!(a, draws(SamplingParams { seed: 12, ..p.clone() }, 400));
         // softmax of the logits: token 1 has p ≈ 0.45, token 3 ≈ 0.41, token 2 ≈ 0.003.
         let count = |t| a.iter().filter(|&&x| x == t).count();
-        assert!((140..220).contains(&count(1)) && (125..205).contains(&count(3)), "{}, {}", count(1), count(3));
+        assert!(
+            (140..220).contains(&count(1)) && (125..205).contains(&count(3)),
+            "{}, {}",
+            count(1),
+            count(3)
+        );
         // top-k 2 leaves only tokens 1 and 3; top-p 0.5 only those two as well.
         let k2 = draws(SamplingParams { top_k: 2, ..p.clone() }, 200);
         assert!(k2.iter().all(|&t| t == 1 || t == 3) && k2.contains(&3));

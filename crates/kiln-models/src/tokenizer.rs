@@ -82,7 +82,8 @@ mod tests {
         let dir = fixtures_dir().join("models/llama");
         let tok = Tokenizer::load(&dir).unwrap();
         let golden = kiln::io::safetensors::load(dir.join("golden.safetensors"), kiln::Device::Cpu).unwrap();
-        let want: Vec<u32> = golden["text_ids"].to_vec::<i64>().unwrap().into_iter().map(|i| i as u32).collect();
+        let want: Vec<u32> =
+            golden["text_ids"].to_vec::<i64>().unwrap().into_iter().map(|i| i as u32).collect();
         let text: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
         let text = text["text"].as_str().unwrap();

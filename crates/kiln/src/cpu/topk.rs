@@ -65,8 +65,8 @@ pub fn topk(
 }
 
 /// The router reference: per row of `r` logits, f32 scores (softmax, or sigmoid when
-/// `sigmoid`), the k best by score (+ `bias`), their unbiased scores (divided by their sum
-/// + eps when `norm_eps`) and indices. Scores are computed in f64 and rounded to f32 before
+/// `sigmoid`), the k best by score (+ `bias`), their unbiased scores (divided by
+/// their sum plus eps when `norm_eps`) and indices. Scores are computed in f64 and rounded to f32 before
 /// selection, as the kernel selects on f32 scores.
 #[allow(clippy::too_many_arguments)]
 pub fn router_topk(

@@ -86,7 +86,7 @@ impl Tensor {
         if k > r {
             return Err(Error::invalid("router_topk", format!("k = {k} is larger than the {r} experts")));
         }
-        if renormalize.is_some_and(|e| !(e >= 0.0)) {
+        if renormalize.is_some_and(|e| e.is_nan() || e < 0.0) {
             return Err(Error::invalid("router_topk", "renormalize eps must be >= 0"));
         }
         let (sigmoid, bias) = match router {

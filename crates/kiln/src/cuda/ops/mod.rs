@@ -14,11 +14,13 @@ mod topk;
 
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
-pub use index::{gather, index_select, put, take};
-pub use matmul::matmul;
 pub use histogram::bincount;
+pub use index::{gather, index_select, put, take};
 pub use loss::mse_loss;
-pub use reduce::{reduce, rms_norm, set_block_sync, set_softmax_path, softmax, var_mean, BlockSync, SoftmaxPath};
+pub use matmul::matmul;
+pub use reduce::{
+    reduce, rms_norm, set_block_sync, set_softmax_path, softmax, var_mean, BlockSync, SoftmaxPath,
+};
 pub use scaled_mm::{quantize_rows, scaled_mm, scaled_mm_force_epilogue, ScaledMm, GEMV_MAX_M};
 pub use topk::{router_topk, topk};
 
