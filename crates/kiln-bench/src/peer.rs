@@ -1,0 +1,78 @@
+//! PyTorch peers: the `bench/torch_*.py` scripts run the same workloads by the same method
+//! on the same GPU, in the same call, and print one JSON object.
+
+use kiln::{Error, Result};
+use serde_json::Value;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// What `--peer` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// Run it if python3 with torch is there; say why not otherwise.
+    IfPresent,
+    /// Run it; a failure is an error.
+    Required,
+    /// Do not run it.
+    Skip,
+}
+
+impl Want {
+    pub fn parse(peer: Option<&str>) -> Result<Want> {
+        match peer {
+            None => Ok(Want::IfPresent),
+            Some("torch") => Ok(Want::Required),
+            Some("none") => Ok(Want::Skip),
+            Some(other) => Err(Error::invalid("bench", format!("unknown peer {other:?} (torch, none)"))),
+        }
+    }
+}
+
+/// `bench/<name>` under the working directory, `$KILN_BENCH_DIR`, or the source tree.
+fn script(name: &str) -> Option<PathBuf> {
+    let mut dirs = vec![PathBuf::from("bench")];
+    if let Some(d) = std::env::var_os("KILN_BENCH_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench")));
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.exists())
+}
+
+fn spawn(name: &str, stdin: Option<&Value>) -> std::result::Result<Value, String> {
+    let path = script(name).ok_or_else(|| format!("bench/{name} not found"))?;
+    let mut child = Command::new("python3")
+        .arg(&path)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("python3: {e}"))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.to_string().as_bytes()).map_err(|e| format!("writing to python3: {e}"))?;
+    }
+    let out = child.wait_with_output().map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!("{} ({})", out.status, tail.join(" | ")));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("peer output is not JSON: {e}"))
+}
+
+/// Runs `bench/<name>` (feeding it `stdin` as JSON when given) as `want` says. Returns its
+/// JSON, or `Err(why)` inside `Ok` when the peer was skipped or could not run.
+pub fn torch(name: &str, stdin: Option<&Value>, want: Want) -> Result<std::result::Result<Value, String>> {
+    if want == Want::Skip {
+        return Ok(Err("--peer none".into()));
+    }
+    match spawn(name, stdin) {
+        Ok(v) => Ok(Ok(v)),
+        Err(why) if want == Want::Required => Err(Error::invalid("bench", format!("torch peer failed: {why}"))),
+        Err(why) => {
+            println!("torch peer skipped: {why}");
+            Ok(Err(why))
+        }
+    }
+}
