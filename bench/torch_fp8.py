@@ -15,6 +15,7 @@ import statistics
 import sys
 
 import torch
+from torch_timing import graph_samples_us
 
 # Same list and order as crates/kiln-bench/src/fp8.rs SHAPES: (M, N, K).
 SHAPES = [
@@ -38,29 +39,7 @@ def name(m, n, k, recipe):
 
 
 def graph_median_us(fn, reps):
-    fn()  # warm-up outside the graph
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(PER_GRAPH):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3 / PER_GRAPH)
-    return statistics.median(samples)
+    return statistics.median(graph_samples_us(lambda _: fn(), PER_GRAPH, reps))
 
 
 def case(m, n, k, rowwise):

@@ -17,6 +17,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch_timing import graph_samples_us
 
 
 def time_shape(spec, rows, dtype, reps):
@@ -25,29 +26,8 @@ def time_shape(spec, rows, dtype, reps):
     ws = [torch.randn(n, k, device=dev, dtype=dtype) for _ in range(copies)]
     bs = [torch.randn(n, device=dev, dtype=dtype) if spec["bias"] else None for _ in range(copies)]
     x = torch.randn(rows, k, device=dev, dtype=dtype)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(min(copies, 3)):  # warm-up: cuBLAS handles and workspaces
-            F.linear(x, ws[i], bs[i])
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            F.linear(x, ws[i % copies], bs[i % copies])
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3 / calls)
-    samples.sort()
-    del graph, ws, bs
+    samples = graph_samples_us(lambda i: F.linear(x, ws[i % copies], bs[i % copies]), calls, reps, min(copies, 3))
+    del ws, bs
     torch.cuda.empty_cache()
     return samples[len(samples) // 2], samples[0]
 

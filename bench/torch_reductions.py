@@ -7,33 +7,14 @@ import json
 
 import torch
 import torch.nn.functional as F
+from torch_timing import graph_samples_us
 
 PER_GRAPH, REPS = 20, 50
 
 
 def graph_us(fn):
-    fn()  # warm-up outside the graph
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(PER_GRAPH):
-            fn()
-    g.replay()
-    times = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / PER_GRAPH)
-    return sorted(times)[len(times) // 2]
+    times = graph_samples_us(lambda _: fn(), PER_GRAPH, REPS)
+    return times[len(times) // 2]
 
 
 def eager_us(fn):

@@ -1,0 +1,32 @@
+"""The timing method every PyTorch peer shares with kiln's timing::graph_median_ms:
+`calls` calls captured in one CUDA graph after warm-up, `reps` replays each timed with CUDA
+events, µs per call."""
+import torch
+
+
+def graph_samples_us(fn, calls, reps, warmups=3):
+    """fn(i) for i in range(calls) captured in one graph; sorted µs per call of each replay."""
+    fn(0)  # warm-up outside the graph
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(warmups):  # cuBLAS handles and workspaces, off the capture
+            fn(i)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1e3 / calls)
+    return sorted(samples)
