@@ -1,41 +1,65 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the repo root, over binaries staged by stage-gpu.sh:
-# unit tests, GPU parity, fixtures on CUDA, compute-sanitizer, then a short table.
-# Usage: bash .gpu/gpu-test.sh [quick]   (quick: no sanitizer)
+# Runs on the GPU machine from the repo root, over binaries staged by stage-gpu.sh, and
+# ends with a short table. Every step has a time limit so one hang cannot eat the call.
+# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|all] ...   (default: tests bench)
+#   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
+#             kiln generate on the fixture llama
+#   bench:    suites runtime, linear, reductions, fp8 (PyTorch peers in the same call),
+#             decode (llama-3.1-8b, qwen3-8b, qwen3-30b-a3b); JSON under $OUT/results
+#   sanitize: compute-sanitizer memcheck over the gpu_* binaries, racecheck on reductions
+# $OUT gets two files, refreshed after every step so a call cut short still brings back
+# what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/kiln-out}
-LOG=/tmp/kiln-logs
-mkdir -p "$OUT" "$LOG"
+LOG=/tmp/kiln/logs
+RES=/tmp/kiln/results
+mkdir -p "$OUT" "$LOG" "$RES"
 export KILN_FIXTURES="$PWD/.gpu/fixtures" KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT="$(cat .gpu/COMMIT)"
+export KILN_BENCH_DIR="$PWD/.gpu"
 declare -a rows
-run() { # name, command...
-  local name=$1; shift
+run() { # name, seconds, command...
+  local name=$1 limit=$2; shift 2
   local t0=$(date +%s%N)
-  "$@" >"$LOG/$name.log" 2>&1
+  timeout "$limit" "$@" >"$LOG/$name.log" 2>&1
   local rc=$?
   local dt=$(( ($(date +%s%N) - t0) / 100000000 ))
   dt="$((dt / 10)).$((dt % 10))"
-  local last=$(grep -E "passed|test result|ERROR SUMMARY|of copy|skipped" "$LOG/$name.log" | tail -1)
-  rows+=("$(printf '%-22s rc=%-3s %6ss  %s' "$name" "$rc" "$dt" "$last")")
+  local last=$(grep -E "passed|test result|ERROR SUMMARY|of copy|skipped|tokens/s|geomean" "$LOG/$name.log" | tail -1 | cut -c1-70)
+  rows+=("$(printf '%-24s rc=%-3s %6ss  %s' "$name" "$rc" "$dt" "$last")")
+  printf '%s\n' "${rows[@]}" >"$OUT/table.txt"
+  tar czf "$OUT/kiln-gpu.tgz" -C /tmp kiln
+}
+tests() {
+  run info 60 .gpu/kiln info
+  for t in .gpu/tests/*; do
+    n=$(basename "$t")
+    case "$n" in gpu_*) run "$n" 300 "$t";; *) run "$n" 300 "$t" --test-threads=8;; esac
+  done
+  run check_cuda 300 .gpu/kiln check --fixtures .gpu/fixtures --device cuda
+  run generate_llama 120 .gpu/kiln generate --model .gpu/fixtures/models/llama --prompt "Hello" \
+    --max-tokens 16 --device cuda
+}
+bench() {
+  run bench_runtime 120 .gpu/kiln bench --suite runtime --json "$RES/runtime.json"
+  for s in linear reductions fp8; do
+    run "bench_$s" 300 .gpu/kiln bench --suite "$s" --json "$RES/$s.json"
+  done
+  for p in llama-3.1-8b qwen3-8b qwen3-30b-a3b; do
+    run "decode_$p" 300 .gpu/kiln bench --suite decode --preset "$p" --json "$RES/decode-$p.json"
+  done
+}
+sanitize() {
+  for t in .gpu/tests/gpu_*; do
+    run "memcheck_$(basename "$t")" 400 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
+  done
+  run racecheck_reductions 300 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/tests/gpu_reductions
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader > "$LOG/gpu.txt"
-run info .gpu/kiln info
-for t in .gpu/tests/*; do
-  n=$(basename "$t")
-  case "$n" in gpu_parity) continue;; esac
-  run "$n" "$t" --test-threads=4
+modes=("$@"); [ ${#modes[@]} -eq 0 ] && modes=(tests bench)
+for m in "${modes[@]}"; do
+  case "$m" in tests) tests;; bench) bench;; sanitize) sanitize;; all) tests; bench; sanitize;;
+    *) echo "unknown mode $m"; exit 2;; esac
 done
-run gpu_parity .gpu/tests/gpu_parity
-run check_cuda .gpu/kiln check --fixtures .gpu/fixtures --device cuda
-# Runtime figures: the first run compiles every kernel (cold cache), the second loads them.
-rm -rf "$KILN_CACHE_DIR"
-run bench_runtime_cold .gpu/kiln bench --suite runtime --json "$LOG/runtime_cold.json"
-run bench_runtime_warm .gpu/kiln bench --suite runtime --json "$LOG/runtime_warm.json"
-if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
-  run memcheck timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/tests/gpu_parity
-  run racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/tests/gpu_parity reductions softmax_norm
-fi
-tar czf "$OUT/logs.tgz" -C /tmp kiln-logs
-grep -h "^FAIL" "$LOG"/*.log | head -20
-echo "== $(cat "$LOG/gpu.txt")"
+grep -h "^FAIL\|panicked" "$LOG"/*.log | head -30 | cut -c1-200
+echo "== $(cat "$LOG/gpu.txt") commit $KILN_COMMIT"
 printf '%s\n' "${rows[@]}"

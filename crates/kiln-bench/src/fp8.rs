@@ -117,25 +117,41 @@ fn layer_stack(layers: usize) -> Result<Value> {
 }
 
 /// Every FP8 figure as one JSON object, with a table on stdout.
-pub fn run() -> Result<Value> {
+pub fn run(peer: Option<&str>) -> Result<Value> {
+    let want = crate::peer::Want::parse(peer)?;
     let mut ops = Vec::new();
-    println!(
-        "{:<40} {:>10} {:>10} {:>8} {:>9}",
-        "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s"
-    );
     for &(m, n, k) in SHAPES {
         for rowwise in [false, true] {
-            let v = scaled_mm_case(m, n, k, rowwise)?;
-            println!(
-                "{:<40} {:>10.2} {:>10.2} {:>7.0}% {:>9.1}",
-                v["name"].as_str().unwrap_or(""),
-                v["us"].as_f64().unwrap_or(0.0),
-                v["floor_us"].as_f64().unwrap_or(0.0),
-                100.0 * v["fraction_of_floor"].as_f64().unwrap_or(0.0),
-                v["tflops"].as_f64().unwrap_or(0.0)
-            );
-            ops.push(v);
+            ops.push(scaled_mm_case(m, n, k, rowwise)?);
         }
+    }
+    let torch = crate::peer::torch("torch_fp8.py", None, want)?;
+    if let Ok(t) = &torch {
+        let empty = vec![];
+        for v in ops.iter_mut() {
+            let hit = t["op_latency"].as_array().unwrap_or(&empty).iter().find(|p| p["name"] == v["name"]);
+            if let (Some(tus), Some(us)) = (hit.and_then(|p| p["us"].as_f64()), v["us"].as_f64()) {
+                v["torch_us"] = json!(tus);
+                v["torch_over_kiln"] = json!(tus / us);
+            }
+        }
+    }
+    println!(
+        "{:<40} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}",
+        "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s", "torch µs", "torch/kiln"
+    );
+    for v in &ops {
+        let f = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{:<40} {:>9.2} {:>9.2} {:>7.0}% {:>8.1} {:>9.2} {:>9.2}x",
+            v["name"].as_str().unwrap_or(""),
+            f("us"),
+            f("floor_us"),
+            100.0 * f("fraction_of_floor"),
+            f("tflops"),
+            f("torch_us"),
+            f("torch_over_kiln"),
+        );
     }
     // The row-wise epilogue path (named slower path) on the large shapes, for comparison.
     kiln::cuda::ops::scaled_mm_force_epilogue(true);
@@ -171,6 +187,8 @@ pub fn run() -> Result<Value> {
         "op_latency": ops,
         "op_latency_rowwise_epilogue_path": epilogue,
         "memory": stack,
+        "torch": torch.as_ref().ok().map(|t| json!({ "version": t["torch"], "device": t["device"] })),
+        "torch_error": torch.err(),
     }))
 }
 

@@ -57,8 +57,8 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "runtime" => crate::runtime::run(),
         "correctness" => correctness(device),
         "linear" => crate::linear::run(opts.peer),
-        "reductions" => crate::reductions::run(),
-        "fp8" => crate::fp8::run(),
+        "reductions" => crate::reductions::run(opts.peer),
+        "fp8" => crate::fp8::run(opts.peer),
         "decode" => crate::decode::run(opts.preset),
         other => Err(Error::invalid(
             "bench",

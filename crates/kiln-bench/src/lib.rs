@@ -7,6 +7,7 @@ pub mod fixtures;
 pub mod fp8;
 pub mod harness;
 pub mod linear;
+pub mod peer;
 pub mod reductions;
 pub mod report;
 pub mod runtime;

@@ -20,8 +20,6 @@ use crate::timing::{graph_median_ms, Stats};
 use kiln::cuda::{self, ops::gemv};
 use kiln::{DType, Device, Error, Result, Tensor};
 use serde_json::{json, Value};
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 /// One linear layer of a model: weight [n, k].
 pub struct Shape {
@@ -192,59 +190,9 @@ fn path(sh: &Shape, rows: usize) -> Result<String> {
     })
 }
 
-/// Runs bench/torch_linear.py on `input`. `required` (`--peer torch`) turns a failure into
-/// an error; otherwise the peer is skipped with the reason.
-fn torch_peer(input: &Value, required: bool) -> Result<Option<Value>> {
-    let script =
-        ["bench/torch_linear.py", concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/torch_linear.py")]
-            .into_iter()
-            .map(std::path::PathBuf::from)
-            .find(|p| p.exists());
-    let run = || -> std::result::Result<Value, String> {
-        let script = script.ok_or("bench/torch_linear.py not found")?;
-        let mut child = Command::new("python3")
-            .arg(&script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("python3: {e}"))?;
-        child
-            .stdin
-            .take()
-            .ok_or("no stdin")?
-            .write_all(input.to_string().as_bytes())
-            .map_err(|e| format!("writing to python3: {e}"))?;
-        let out = child.wait_with_output().map_err(|e| format!("python3: {e}"))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = err.lines().rev().take(3).collect();
-            return Err(format!(
-                "{} ({})",
-                out.status,
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ));
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("peer output is not JSON: {e}"))
-    };
-    match run() {
-        Ok(v) => Ok(Some(v)),
-        Err(why) if required => Err(Error::invalid("bench", format!("torch peer failed: {why}"))),
-        Err(why) => {
-            println!("torch peer skipped: {why}");
-            Ok(None)
-        }
-    }
-}
-
 /// The suite; `peer` is `torch` (must succeed), `none`, or absent (run PyTorch if it can).
 pub fn run(peer: Option<&str>) -> Result<Value> {
-    let required = match peer {
-        None => false,
-        Some("torch") => true,
-        Some("none") => false,
-        Some(other) => return Err(Error::invalid("bench", format!("unknown peer {other:?} (torch, none)"))),
-    };
+    let want = crate::peer::Want::parse(peer)?;
     let dev = cuda::device(0)?;
     let rows = env_usize("KILN_LINEAR_ROWS", 1)?;
     let filter = std::env::var("KILN_LINEAR_FILTER").unwrap_or_default();
@@ -277,7 +225,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             "copies": r["copies"], "calls": r["calls"],
         })).collect::<Vec<_>>(),
     });
-    let torch = if peer == Some("none") { None } else { torch_peer(&input, required)? };
+    let torch = crate::peer::torch("torch_linear.py", Some(&input), want)?.ok();
     if let Some(t) = &torch {
         let empty = vec![];
         let peer_results = t["results"].as_array().unwrap_or(&empty);

@@ -132,27 +132,23 @@ fn selections(dev: &Arc<CudaDevice>, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
-/// PyTorch's figures from `bench/torch_reductions.py` (name → µs), when python3 with torch
-/// and a GPU are there; else why not.
-fn torch_figures() -> std::result::Result<Map<String, Value>, String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/torch_reductions.py");
-    let out = std::process::Command::new("python3").arg(script).output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("failed").to_string());
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    v.get("results").and_then(|r| r.as_object()).cloned().ok_or_else(|| "no results in its output".into())
+/// PyTorch's figures from `bench/torch_reductions.py` (name → µs), or why there are none.
+fn torch_figures(want: crate::peer::Want) -> Result<std::result::Result<Map<String, Value>, String>> {
+    Ok(crate::peer::torch("torch_reductions.py", None, want)?.and_then(|v| {
+        v.get("results").and_then(|r| r.as_object()).cloned().ok_or_else(|| "no results in its output".into())
+    }))
 }
 
 /// Runs the suite; prints a table and returns the JSON record.
-pub fn run() -> Result<Value> {
+pub fn run(peer: Option<&str>) -> Result<Value> {
+    let want = crate::peer::Want::parse(peer)?;
     let dev = cuda::device(0)?;
     let mut rows = Vec::new();
     softmaxes(&dev, &mut rows)?;
     statistics(&dev, &mut rows)?;
     bincounts(&dev, &mut rows)?;
     selections(&dev, &mut rows)?;
-    let torch = torch_figures();
+    let torch = torch_figures(want)?;
     println!(
         "{:<42} {:>5} {:>10} {:>9} {:>10} {:>8}",
         "workload", "mode", "kiln µs", "floor µs", "torch µs", "torch/kiln"

@@ -83,7 +83,10 @@ pub struct Rope {
 /// Inverse frequencies of the rotary embedding, with Llama 3.1 scaling applied.
 pub fn inv_freq(cfg: &Config) -> Vec<f64> {
     let d = cfg.head_dim;
-    let base: Vec<f64> = (0..d / 2).map(|i| 1.0 / cfg.rope_theta.powf((2 * i) as f64 / d as f64)).collect();
+    // In f32 as transformers computes it, so the tables match its bits.
+    let base: Vec<f64> = (0..d / 2)
+        .map(|i| (1.0 / (cfg.rope_theta as f32).powf((2 * i) as f32 / d as f32)) as f64)
+        .collect();
     match cfg.rope_scaling {
         RopeScaling::None => base,
         RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
@@ -114,7 +117,8 @@ impl Rope {
         let (mut cos, mut sin) = (Vec::with_capacity(positions * d), Vec::with_capacity(positions * d));
         for p in 0..positions {
             for j in 0..d {
-                let angle = p as f64 * freqs[j % half];
+                // f32 angle, as transformers computes `inv_freq @ positions` in f32.
+                let angle = (p as f32 * freqs[j % half] as f32) as f64;
                 cos.push(angle.cos() as f32);
                 sin.push(if j < half { -angle.sin() } else { angle.sin() } as f32);
             }
