@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch peer of `kiln bench --suite fp8`: torch._scaled_mm on the same shapes, recipes,
 weight rotation and timing method (20 calls captured in one CUDA graph, replayed; median of
-CUDA-event timings / 20). Prints one JSON object on stdout; with --kiln FILE (the kiln
-suite's --json output) it adds kiln's figures and the ratio torch_us / kiln_us, and prints
-a table on stderr.
+CUDA-event timings / 20). The kiln suite passes its shapes on stdin,
+    {"shapes": [[M, N, K], ...], "gemv_max_m": 16}
+and reads the one JSON object printed on stdout. With --kiln FILE (the kiln suite's --json
+output) it adds kiln's figures and the ratio torch_us / kiln_us, and prints a table on
+stderr.
 
-    kiln bench --suite fp8 --json kiln_fp8.json
-    python3 bench/torch_fp8.py --kiln kiln_fp8.json --json torch_fp8.json
+    kiln bench --suite fp8 --peer none --json kiln_fp8.json
+    echo '{"shapes": [[1, 4096, 4096]], "gemv_max_m": 16}' |
+        python3 bench/torch_fp8.py --kiln kiln_fp8.json --json torch_fp8.json
 """
 import argparse
 import json
@@ -17,18 +20,6 @@ import sys
 import torch
 from torch_timing import graph_samples_us
 
-# Same list and order as crates/kiln-bench/src/fp8.rs SHAPES: (M, N, K).
-SHAPES = [
-    (1, 4096, 4096),
-    (16, 14336, 4096),
-    (8192, 8192, 8192),
-    (4096, 4096, 4096),
-    (1, 1024, 4096),
-    (1, 14336, 4096),
-    (1, 4096, 14336),
-    (4, 4096, 4096),
-]
-GEMV_MAX_M = 16
 ROTATE_BYTES = 128 << 20
 BANDWIDTH = 4.13e12
 PER_GRAPH = 20
@@ -42,10 +33,10 @@ def graph_median_us(fn, reps):
     return statistics.median(graph_samples_us(lambda _: fn(), PER_GRAPH, reps))
 
 
-def case(m, n, k, rowwise):
+def case(m, n, k, rowwise, gemv_max_m):
     dev = "cuda"
     e4m3 = torch.float8_e4m3fn
-    copies = max(1, math.ceil(ROTATE_BYTES / (n * k))) if m <= GEMV_MAX_M else 1
+    copies = max(1, math.ceil(ROTATE_BYTES / (n * k))) if m <= gemv_max_m else 1
     a = torch.randn(m, k, device=dev).to(e4m3)
     ws = [torch.randn(n, k, device=dev).to(e4m3) for _ in range(copies)]
     if rowwise:
@@ -74,11 +65,12 @@ def main():
     ap.add_argument("--kiln", help="kiln bench --suite fp8 --json output")
     ap.add_argument("--json", help="write the result here too")
     args = ap.parse_args()
+    spec = json.load(sys.stdin)
     results = []
-    for m, n, k in SHAPES:
+    for m, n, k in spec["shapes"]:
         for rowwise in (False, True):
             try:
-                results.append(case(m, n, k, rowwise))
+                results.append(case(m, n, k, rowwise, spec["gemv_max_m"]))
             except RuntimeError as e:  # e.g. a recipe this torch build lacks
                 results.append({"name": name(m, n, k, "rowwise" if rowwise else "tensorwise"), "error": str(e)})
     out = {

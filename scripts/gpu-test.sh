@@ -10,6 +10,7 @@
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
 set -uo pipefail
+[ -f .gpu/bundle.tar.xz ] && [ ! -f .gpu/kiln ] && tar xJf .gpu/bundle.tar.xz -C .gpu
 OUT=${OUT:-/tmp/kiln-out}
 LOG=/tmp/kiln/logs
 RES=/tmp/kiln/results

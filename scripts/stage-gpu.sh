@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
 # Builds kiln and its test binaries here (release, no debug info) and stages them with the
-# fixtures in .gpu/ (git-ignored), for `device run` with carry [".gpu"].
+# fixtures in .gpu/ (git-ignored), for `device run` with carry [".gpu"]. Only the test
+# binaries that touch the GPU go (CI runs the CPU ones), packed with xz to fit the 64 MiB
+# carry limit; gpu-test.sh unpacks them there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf .gpu && mkdir -p .gpu/tests .gpu/fixtures
+# Staged beside .gpu/ and swapped in at the end, so a GPU call can carry the old one meanwhile.
+S=.gpu-next
+rm -rf "$S" && mkdir -p "$S/tests" "$S/fixtures"
 cargo build --release -p kiln-cli
-cp target/release/kiln .gpu/
+cp target/release/kiln "$S"/
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
-  python3 -c '
+  S="$S" python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
         name = m["target"]["name"] + ("-lib" if "lib" in m["target"]["kind"] else "")
-        shutil.copy(m["executable"], os.path.join(".gpu/tests", name))
+        shutil.copy(m["executable"], os.path.join(os.environ["S"], "tests", name))
 '
-cp ../shared/fixtures/ops.json ../shared/fixtures/ops.safetensors .gpu/fixtures/
-cp -r ../shared/fixtures/models .gpu/fixtures/ 2>/dev/null || true
-[ -d bench ] && cp bench/*.py .gpu/ 2>/dev/null || true
-strip .gpu/kiln .gpu/tests/* 2>/dev/null || true
-cp scripts/gpu-test.sh .gpu/
-echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" > .gpu/COMMIT
-du -sh .gpu
-ls .gpu/tests
+cp ../shared/fixtures/ops.json ../shared/fixtures/ops.safetensors "$S"/fixtures/
+cp -r ../shared/fixtures/models "$S"/fixtures/ 2>/dev/null || true
+[ -d bench ] && cp bench/*.py "$S"/ 2>/dev/null || true
+find "$S"/tests -type f ! -name 'gpu_*' ! -name 'kiln-lib' -delete
+strip "$S"/kiln "$S"/tests/* 2>/dev/null || true
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" > "$S"/COMMIT
+tar cf - -C "$S" --exclude bundle.tar.xz . | xz -T0 -6 > "$S"/bundle.tar.xz
+find "$S" -mindepth 1 ! -name bundle.tar.xz -delete
+cp scripts/gpu-test.sh "$S"/
+rm -rf .gpu && mv "$S" .gpu
+ls -la .gpu

@@ -40,6 +40,7 @@ fn base(arch: Arch) -> Config {
         qk_norm: arch != Arch::Llama,
         moe: None,
         eos_token_ids: vec![],
+        bf16_checkpoint: true,
     }
 }
 
@@ -131,13 +132,16 @@ pub fn run_config(config: Config, device: Device, contexts: &[usize], steps: usi
             decode_step(&model, &mut cache, &mut sampler, &mut token)?;
         }
         let mut ms = Vec::with_capacity(steps);
+        let bar = crate::progress::bar(steps, &format!("context {ctx}"));
         let t = Instant::now();
         for _ in 0..steps {
             let s = Instant::now();
             decode_step(&model, &mut cache, &mut sampler, &mut token)?;
             ms.push(s.elapsed().as_secs_f64() * 1e3);
+            bar.inc(1);
         }
         let secs = t.elapsed().as_secs_f64();
+        bar.finish_and_clear();
         ms.sort_by(f64::total_cmp);
         let tps = steps as f64 / secs;
         let floor_tps = BANDWIDTH / step_bytes(&config, ctx, dtype.size());
@@ -203,6 +207,23 @@ pub fn run(preset_name: &str) -> Result<Value> {
         out.insert(name.into(), run_config(config, Device::Cuda(0), &CONTEXTS, 32)?);
     }
     Ok(json!({ "suite": "decode", "provenance": provenance(), "presets": out }))
+}
+
+/// `kiln bench --suite memory`: the memory family alone for each preset: bytes of weights
+/// and KV cache (context 4096), and the peaks at the three levels (live tensors, the
+/// allocator's pool, the driver) over building the model and a few decode steps.
+pub fn memory(preset_name: &str) -> Result<Value> {
+    let names: Vec<&str> = if preset_name == "all" { PRESETS.to_vec() } else { vec![preset_name] };
+    let mut out = serde_json::Map::new();
+    for name in names {
+        println!("memory {name} (bf16, random weights, batch 1, context 4096)");
+        let v = run_config(preset(name)?, Device::Cuda(0), &[4096], 4)?;
+        out.insert(
+            name.into(),
+            json!({ "weight_bytes": v["weight_bytes"], "kv_cache_bytes": v["kv_cache_bytes"], "peaks": v["memory"] }),
+        );
+    }
+    Ok(json!({ "suite": "memory", "provenance": provenance(), "presets": out }))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ const BANDWIDTH: f64 = 4.13e12;
 const ROTATE_BYTES: usize = 128 << 20;
 
 /// (M, N, K) of the suite: PyTorch's reference shapes, then decode shapes of Llama-3.1-8B
-/// (q/o, k/v, gate/up, down) and a 4-token verify step. Same list as bench/torch_fp8.py.
+/// (q/o, k/v, gate/up, down) and a 4-token verify step. The PyTorch peer gets it on stdin.
 pub const SHAPES: &[(usize, usize, usize)] = &[
     (1, 4096, 4096),
     (16, 14336, 4096),
@@ -120,12 +120,17 @@ fn layer_stack(layers: usize) -> Result<Value> {
 pub fn run(peer: Option<&str>) -> Result<Value> {
     let want = crate::peer::Want::parse(peer)?;
     let mut ops = Vec::new();
+    let bar = crate::progress::bar(2 * SHAPES.len(), "scaled_mm");
     for &(m, n, k) in SHAPES {
         for rowwise in [false, true] {
+            bar.set_message(name(m, n, k, if rowwise { "rowwise" } else { "tensorwise" }));
+            bar.inc(1);
             ops.push(scaled_mm_case(m, n, k, rowwise)?);
         }
     }
-    let torch = crate::peer::torch("torch_fp8.py", None, want)?;
+    bar.finish_and_clear();
+    let spec = json!({ "shapes": SHAPES, "gemv_max_m": kiln::cuda::ops::GEMV_MAX_M });
+    let torch = crate::peer::torch("torch_fp8.py", Some(&spec), want)?;
     if let Ok(t) = &torch {
         let empty = vec![];
         for v in ops.iter_mut() {

@@ -12,6 +12,10 @@ pub const SCHEMA: u64 = 1;
 /// Suites run by a plain `kiln bench` on a GPU (about two minutes), and on a CPU.
 pub const DEFAULT_GPU: &[&str] = &["runtime", "correctness"];
 pub const DEFAULT_CPU: &[&str] = &["cpu", "correctness"];
+/// Every suite, for `--suite all` on a GPU (decode carries the memory family).
+pub const ALL_GPU: &[&str] = &["runtime", "correctness", "linear", "reductions", "fp8", "decode"];
+/// The op-latency family, for `--suite ops`.
+pub const OPS: &[&str] = &["runtime", "linear", "reductions", "fp8"];
 
 /// The correctness family: every fixture case on `device`.
 pub fn correctness(device: Device) -> Result<Value> {
@@ -60,9 +64,12 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "reductions" => crate::reductions::run(opts.peer),
         "fp8" => crate::fp8::run(opts.peer),
         "decode" => crate::decode::run(opts.preset),
+        "memory" => crate::decode::memory(opts.preset),
         other => Err(Error::invalid(
             "bench",
-            format!("unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, decode, correctness, default, all)"),
+            format!(
+                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, ops, decode, memory, correctness, default, all)"
+            ),
         )),
     }
 }

@@ -8,6 +8,8 @@ pub mod fp8;
 pub mod harness;
 pub mod linear;
 pub mod peer;
+pub mod plot;
+pub mod progress;
 pub mod reductions;
 pub mod report;
 pub mod runtime;

@@ -202,7 +202,10 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     println!("copy bandwidth {copy_gbps:.0} GB/s; linear {DTYPE}, {rows} x row(s), bias, graph replay");
 
     let mut results = Vec::new();
+    let bar = crate::progress::bar(shapes.len(), "linear");
     for sh in &shapes {
+        bar.set_message(sh.name());
+        bar.inc(1);
         let op = operands(sh, rows)?;
         let st = time(&op, REPS)?;
         let us = st.median_ms * 1e3;
@@ -216,6 +219,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             "floor_us": bytes(sh, rows) as f64 / (copy_gbps * 1e9) * 1e6, "stats": st,
         }));
     }
+    bar.finish_and_clear();
     dev.empty_cache()?;
 
     let input = json!({

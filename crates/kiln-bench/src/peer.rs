@@ -69,7 +69,9 @@ pub fn torch(name: &str, stdin: Option<&Value>, want: Want) -> Result<std::resul
     }
     match spawn(name, stdin) {
         Ok(v) => Ok(Ok(v)),
-        Err(why) if want == Want::Required => Err(Error::invalid("bench", format!("torch peer failed: {why}"))),
+        Err(why) if want == Want::Required => {
+            Err(Error::invalid("bench", format!("torch peer failed: {why}")))
+        }
         Err(why) => {
             println!("torch peer skipped: {why}");
             Ok(Err(why))

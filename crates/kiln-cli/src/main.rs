@@ -29,7 +29,8 @@ enum Cmd {
     /// Measure op latency, throughput, correctness and memory. Without --suite: a default
     /// set (about two minutes on a GPU; a reduced CPU set without one, saying why).
     Bench {
-        /// cpu, runtime, correctness, default, all.
+        /// cpu, runtime, linear, reductions, fp8, ops (those four), decode, memory, correctness,
+        /// default, all.
         #[arg(long, default_value = "default")]
         suite: String,
         /// cpu, cuda, cuda:N or auto.
@@ -44,6 +45,9 @@ enum Cmd {
         /// Print a table of changes against an earlier result JSON.
         #[arg(long)]
         compare: Option<PathBuf>,
+        /// Write SVG charts (GB/s per linear shape, % of the floor per op) into this folder.
+        #[arg(long)]
+        plot: Option<PathBuf>,
         /// PyTorch peer of suites that have one: torch (required) or none; default: run it if it can.
         #[arg(long)]
         peer: Option<String>,
@@ -64,9 +68,9 @@ fn main() -> ExitCode {
         Cmd::Info => info(),
         Cmd::Check { fixtures, device } => check(&fixtures, &device),
         Cmd::Kernels { check } => compile_kernels(&check),
-        Cmd::Bench { suite, device, preset, json, compare, peer } => {
+        Cmd::Bench { suite, device, preset, json, compare, plot, peer } => {
             let opts = kiln_bench::harness::Options { peer: peer.as_deref(), preset: &preset };
-            bench(&suite, &device, &opts, json.as_deref(), compare.as_deref())
+            bench(&suite, &device, &opts, json.as_deref(), compare.as_deref(), plot.as_deref())
         }
         Cmd::Generate(args) => generate(args),
     };
@@ -153,6 +157,7 @@ fn bench(
     opts: &kiln_bench::harness::Options,
     json: Option<&std::path::Path>,
     compare: Option<&std::path::Path>,
+    plot: Option<&std::path::Path>,
 ) -> kiln::Result<ExitCode> {
     use kiln_bench::harness;
     let device = Device::parse(device)?;
@@ -164,7 +169,8 @@ fn bench(
             println!("reduced CPU suite: no GPU in use ({why})");
             harness::DEFAULT_CPU.to_vec()
         }
-        "all" => vec!["cpu", "runtime", "correctness"],
+        "all" => harness::ALL_GPU.to_vec(),
+        "ops" => harness::OPS.to_vec(),
         one => vec![one],
     };
     let doc = harness::run(&suites, device, opts)?;
@@ -175,6 +181,11 @@ fn bench(
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(&doc).expect("JSON values serialise"))
             .map_err(|e| io(path, e))?;
+    }
+    if let Some(dir) = plot {
+        for chart in kiln_bench::plot::write(&doc, dir)? {
+            println!("chart: {}", chart.display());
+        }
     }
     if let Some(path) = compare {
         let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;

@@ -79,6 +79,10 @@ pub struct Config {
     pub moe: Option<MoeConfig>,
     /// `eos_token_id` of config.json (generation_config.json's takes precedence).
     pub eos_token_ids: Vec<u32>,
+    /// The checkpoint is stored in bf16 (`dtype` / `torch_dtype`). transformers then keeps
+    /// the rotary `inv_freq` buffer in bf16 too, so its frequencies are bf16-rounded; kiln
+    /// rounds them the same way to reproduce its logits (layers::inv_freq).
+    pub bf16_checkpoint: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -128,6 +132,8 @@ struct RawConfig {
     decoder_sparse_step: Option<usize>,
     #[serde(default)]
     mlp_only_layers: Vec<usize>,
+    dtype: Option<String>,
+    torch_dtype: Option<String>,
     #[serde(default)]
     eos_token_id: Value,
 }
@@ -216,6 +222,7 @@ impl Config {
             qk_norm: arch != Arch::Llama,
             moe,
             eos_token_ids: token_ids(&raw.eos_token_id),
+            bf16_checkpoint: raw.dtype.or(raw.torch_dtype).as_deref() == Some("bfloat16"),
         };
         if raw.mlp_bias {
             return Err("mlp_bias = true is not supported".into());

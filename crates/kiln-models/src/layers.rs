@@ -80,13 +80,25 @@ pub struct Rope {
     sin_signed: Tensor,
 }
 
-/// Inverse frequencies of the rotary embedding, with Llama 3.1 scaling applied.
+/// Inverse frequencies of the rotary embedding, with Llama 3.1 scaling applied, rounded
+/// as transformers holds them: f32, or bf16 for a bf16 checkpoint (Config::bf16_checkpoint).
 pub fn inv_freq(cfg: &Config) -> Vec<f64> {
+    let round = |f: f64| {
+        let f = f as f32;
+        if cfg.bf16_checkpoint {
+            half::bf16::from_f32(f).to_f64()
+        } else {
+            f as f64
+        }
+    };
+    unrounded_inv_freq(cfg).into_iter().map(round).collect()
+}
+
+fn unrounded_inv_freq(cfg: &Config) -> Vec<f64> {
     let d = cfg.head_dim;
-    // In f32 as transformers computes it, so the tables match its bits.
-    let base: Vec<f64> = (0..d / 2)
-        .map(|i| (1.0 / (cfg.rope_theta as f32).powf((2 * i) as f32 / d as f32)) as f64)
-        .collect();
+    // The powers in f32, as transformers computes them.
+    let base: Vec<f64> =
+        (0..d / 2).map(|i| (1.0 / (cfg.rope_theta as f32).powf((2 * i) as f32 / d as f32)) as f64).collect();
     match cfg.rope_scaling {
         RopeScaling::None => base,
         RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {

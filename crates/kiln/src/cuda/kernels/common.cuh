@@ -115,6 +115,33 @@ template <typename A> __device__ A block_max(A v, A* scratch) {
     return warp_max(v);
 }
 
+// ---- merging a per-thread state (a struct of 32/64-bit fields with `S merge(S, S)`
+// overloaded for it) over a warp, then over the block ----
+template <typename S> __device__ __forceinline__ S shfl_xor_state(S x, int lane_mask) {
+    static_assert(sizeof(S) % 4 == 0, "a state is whole 32-bit words");
+    union { S s; unsigned int w[sizeof(S) / 4]; } u;
+    u.s = x;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(S) / 4); ++i) u.w[i] = __shfl_xor_sync(0xffffffffu, u.w[i], lane_mask);
+    return u.s;
+}
+
+template <typename S> __device__ S warp_merge(S x) {
+    for (int o = 16; o > 0; o >>= 1) x = merge(x, shfl_xor_state(x, o));
+    return x;
+}
+
+// Every thread gets the merge of the whole block; `empty` is the state of no values.
+template <typename S> __device__ S block_merge(S x, S empty) {
+    __shared__ S part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    x = warp_merge(x);
+    __syncthreads();
+    if (lane == 0) part[warp] = x;
+    __syncthreads();
+    return warp_merge(lane < nw ? part[lane] : empty);
+}
+
 // ---- blocks of one launch meeting (cuda/ops/reduce.rs `sync_words`: two u32 per stream,
 // zeroed once, left as found by every launch) ----
 // Grid-wide barrier; only in a cooperative launch (all blocks resident). Self-resetting as

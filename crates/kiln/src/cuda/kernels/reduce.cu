@@ -58,7 +58,7 @@ __device__ void reduce_rows(int op, const T* x, T* out_t, i64* out_i, i64 outer,
 template <typename A> struct Welford { i64 n; A m, q; };
 
 // Chan et al.'s merge of two sets' states.
-template <typename A> __device__ __forceinline__ Welford<A> wf_merge(Welford<A> a, Welford<A> b) {
+template <typename A> __device__ __forceinline__ Welford<A> merge(Welford<A> a, Welford<A> b) {
     if (b.n == 0) return a;
     if (a.n == 0) return b;
     Welford<A> o;
@@ -67,33 +67,6 @@ template <typename A> __device__ __forceinline__ Welford<A> wf_merge(Welford<A> 
     o.m = a.m + d * fb;
     o.q = a.q + b.q + d * d * ((A)a.n * fb);
     return o;
-}
-
-template <typename A> __device__ Welford<A> warp_wf(Welford<A> x) {
-    for (int o = 16; o > 0; o >>= 1) {
-        Welford<A> y;
-        y.n = __shfl_xor_sync(0xffffffffu, x.n, o);
-        y.m = __shfl_xor_sync(0xffffffffu, x.m, o);
-        y.q = __shfl_xor_sync(0xffffffffu, x.q, o);
-        x = wf_merge(x, y);
-    }
-    return x;
-}
-
-// Merged over the block; every thread gets the result.
-template <typename A> __device__ Welford<A> block_wf(Welford<A> x) {
-    __shared__ i64 sn[32];
-    __shared__ A sm[32], sq[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    x = warp_wf(x);
-    __syncthreads();
-    if (lane == 0) { sn[warp] = x.n; sm[warp] = x.m; sq[warp] = x.q; }
-    __syncthreads();
-    Welford<A> y;
-    y.n = lane < nw ? sn[lane] : 0;
-    y.m = lane < nw ? sm[lane] : (A)0;
-    y.q = lane < nw ? sq[lane] : (A)0;
-    return warp_wf(y);
 }
 
 template <typename T, typename A>
@@ -139,9 +112,9 @@ __device__ void var_mean_split(const T* x, T* var, T* mean, i64 outer, i64 r, i6
                     A d = v[i] - t.m;
                     if (i < t.n) t.q += d * d;  // a thread's valid values come first
                 }
-                st = wf_merge(st, t);
+                st = merge(st, t);
             }
-            st = block_wf(st);
+            st = block_merge(st, Welford<A>{0, (A)0, (A)0});
             if (bpr == 1) {
                 if (threadIdx.x == 0) var_mean_store(st, var, mean, row, r, correction);
             } else if (threadIdx.x == 0) {
@@ -161,9 +134,9 @@ __device__ void var_mean_split(const T* x, T* var, T* mean, i64 outer, i64 r, i6
             c.n = max((i64)0, min(chunk, r - b * chunk));
             c.m = p[2 * b];
             c.q = p[2 * b + 1];
-            st = wf_merge(st, c);
+            st = merge(st, c);
         }
-        st = block_wf(st);
+        st = block_merge(st, Welford<A>{0, (A)0, (A)0});
         if (threadIdx.x == 0) var_mean_store(st, var, mean, row, r, correction);
     }
 }

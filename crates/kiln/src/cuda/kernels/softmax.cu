@@ -41,39 +41,12 @@ template <typename A> __device__ __forceinline__ A nan_max(A a, A b) { return (b
 // (max, sum of exp(x - max)) of a set of values; an empty or all -inf set has s = 0.
 template <typename A> struct MaxSum { A m, s; };
 
-template <typename A> __device__ __forceinline__ MaxSum<A> ms_merge(MaxSum<A> a, MaxSum<A> b) {
+template <typename A> __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
     MaxSum<A> o;
     o.m = nan_max(a.m, b.m);
     // Both sides all -inf: exp(-inf - -inf) would be NaN; the merged set is still empty.
     o.s = o.m == (A)-kiln_inf() ? (A)0 : a.s * exp(a.m - o.m) + b.s * exp(b.m - o.m);
     return o;
-}
-
-template <typename A> __device__ MaxSum<A> warp_ms(MaxSum<A> x) {
-    for (int o = 16; o > 0; o >>= 1) {
-        MaxSum<A> y;
-        y.m = __shfl_xor_sync(0xffffffffu, x.m, o);
-        y.s = __shfl_xor_sync(0xffffffffu, x.s, o);
-        x = ms_merge(x, y);
-    }
-    return x;
-}
-
-// Merged over the block; every thread gets the result.
-template <typename A> __device__ MaxSum<A> block_ms(MaxSum<A> x) {
-    __shared__ A sm[32], ss[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    x = warp_ms(x);
-    __syncthreads();
-    if (lane == 0) {
-        sm[warp] = x.m;
-        ss[warp] = x.s;
-    }
-    __syncthreads();
-    MaxSum<A> y;
-    y.m = lane < nw ? sm[lane] : (A)-kiln_inf();
-    y.s = lane < nw ? ss[lane] : (A)0;
-    return warp_ms(y);
 }
 
 // The pair of V values (-inf where padded).
@@ -109,7 +82,7 @@ __device__ void softmax_warp(const T* x, T* y, i64 outer, i64 r, int want_log) {
             i64 j = lane + 32 * i;
             v[i] = j < r ? up<A>(xr[j]) : (A)-kiln_inf();
         }
-        MaxSum<A> st = warp_ms(tile_ms<A, V>(v));
+        MaxSum<A> st = warp_merge(tile_ms<A, V>(v));
         A ls = log(st.s);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
@@ -145,9 +118,9 @@ __device__ void softmax_split(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 c
                     i64 j = base + threadIdx.x + (i64)i * blockDim.x;
                     v[i] = j < end ? up<A>(xr[j]) : NEG;
                 }
-                st = ms_merge(st, tile_ms<A, SPLIT_V>(v));
+                st = merge(st, tile_ms<A, SPLIT_V>(v));
             }
-            st = block_ms(st);
+            st = block_merge(st, MaxSum<A>{(A)-kiln_inf(), (A)0});
             if (bpr > 1) {
                 if (threadIdx.x == 0) {
                     part[2 * u] = st.m;
@@ -166,9 +139,9 @@ __device__ void softmax_split(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 c
                 MaxSum<A> q;
                 q.m = p[2 * i];
                 q.s = p[2 * i + 1];
-                t = ms_merge(t, q);
+                t = merge(t, q);
             }
-            st = block_ms(t);
+            st = block_merge(t, MaxSum<A>{(A)-kiln_inf(), (A)0});
         }
         A ls = log(st.s);
         for (i64 base = begin; base < end; base += tile) {
