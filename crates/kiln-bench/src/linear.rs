@@ -243,27 +243,24 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         }
     }
 
-    println!(
-        "{:<18} {:<22} {:>6} {:>6}  {:<16} {:>9} {:>6} {:>6} {:>9} {:>6} {:>7}",
-        "model", "layer", "N", "K", "variant", "kiln us", "GB/s", "%copy", "torch us", "GB/s", "speedup"
-    );
+    // 99 columns: workload, shape, variant, kiln, share of copy bandwidth, PyTorch, ratio.
+    let line = |c: [&str; 8]| {
+        println!(
+            "{:<37} {:>11} {:<15} {:>7} {:>4} {:>5} {:>7} {:>6}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+        )
+    };
+    line(["workload (* L2-resident)", "N x K", "variant", "kiln µs", "GB/s", "%copy", "torch µs", "ratio"]);
     for r in &results {
         let f = |key: &str, prec: usize| r[key].as_f64().map_or("-".to_string(), |v| format!("{v:.prec$}"));
-        println!(
-            "{:<18} {:<22} {:>6} {:>6}  {:<16} {:>9} {:>6} {:>6} {:>9} {:>6} {:>7}{}",
-            r["model"].as_str().unwrap_or(""),
-            r["layer"].as_str().unwrap_or(""),
-            r["n"].as_u64().unwrap_or(0),
-            r["k"].as_u64().unwrap_or(0),
-            r["path"].as_str().unwrap_or(""),
-            f("us", 2),
-            f("gbps", 0),
-            f("pct_copy", 1),
-            f("torch_us", 2),
-            f("torch_gbps", 0),
-            f("speedup", 2),
-            if r["l2_resident"] == true { "  (L2-resident)" } else { "" }
-        );
+        let mut name: String = r["name"].as_str().unwrap_or("").chars().take(36).collect();
+        if r["l2_resident"] == true {
+            name.push('*');
+        }
+        let shape = format!("{}x{}", r["n"].as_u64().unwrap_or(0), r["k"].as_u64().unwrap_or(0));
+        let (us, gbps, pct, tus, ratio) =
+            (f("us", 2), f("gbps", 0), f("pct_copy", 1), f("torch_us", 2), f("speedup", 2));
+        line([&name, &shape, r["path"].as_str().unwrap_or(""), &us, &gbps, &pct, &tus, &ratio]);
     }
     let summary = summarize(&results);
     println!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());

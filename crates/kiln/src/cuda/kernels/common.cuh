@@ -93,28 +93,6 @@ template <typename A> __device__ __forceinline__ A warp_max(A v) {
     return v;
 }
 
-// Sum over the block; every thread gets the result. `scratch` holds 32 values.
-template <typename A> __device__ A block_sum(A v, A* scratch) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < nw ? scratch[lane] : (A)0;
-    return warp_sum(v);
-}
-
-// NaN-propagating max over the block; every thread gets the result.
-template <typename A> __device__ A block_max(A v, A* scratch) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < nw ? scratch[lane] : (A)-kiln_inf();
-    return warp_max(v);
-}
-
 // ---- merging a per-thread state (a struct of 32/64-bit fields with `S merge(S, S)`
 // overloaded for it) over a warp, then over the block ----
 template <typename S> __device__ __forceinline__ S shfl_xor_state(S x, int lane_mask) {
@@ -141,6 +119,16 @@ template <typename S> __device__ S block_merge(S x, S empty) {
     __syncthreads();
     return warp_merge(lane < nw ? part[lane] : empty);
 }
+
+// Sum and NaN-propagating max over the block; every thread gets the result.
+template <typename A> struct Sum { A v; };
+template <typename A> __device__ __forceinline__ Sum<A> merge(Sum<A> a, Sum<A> b) { return {a.v + b.v}; }
+template <typename A> struct Max { A v; };
+template <typename A> __device__ __forceinline__ Max<A> merge(Max<A> a, Max<A> b) {
+    return {(b.v != b.v || b.v > a.v) ? b.v : a.v};
+}
+template <typename A> __device__ A block_sum(A v) { return block_merge(Sum<A>{v}, Sum<A>{(A)0}).v; }
+template <typename A> __device__ A block_max(A v) { return block_merge(Max<A>{v}, Max<A>{(A)-kiln_inf()}).v; }
 
 // ---- blocks of one launch meeting (cuda/ops/reduce.rs `sync_words`: two u32 per stream,
 // zeroed once, left as found by every launch) ----

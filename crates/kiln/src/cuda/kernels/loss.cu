@@ -19,7 +19,6 @@ template <typename T>
 __device__ void mse_reduce(const T* a, const T* b, T* out, i64 n, int mean, int phase, i64 parts, double* part,
                            unsigned int* counter) {
     typedef typename Acc<T>::type A;
-    __shared__ double scratch[32];
     double s = 0;
     if (phase != 1) {
         i64 stride = (i64)gridDim.x * blockDim.x;
@@ -33,7 +32,7 @@ __device__ void mse_reduce(const T* a, const T* b, T* out, i64 n, int mean, int 
 #pragma unroll
             for (int k = 0; k < MSE_V; ++k) s += (double)(d[k] * d[k]);
         }
-        s = block_sum(s, scratch);
+        s = block_sum(s);
         if (gridDim.x > 1) {
             if (threadIdx.x == 0) part[blockIdx.x] = s;
             if (phase == 0 || !last_block(counter)) return;
@@ -42,7 +41,7 @@ __device__ void mse_reduce(const T* a, const T* b, T* out, i64 n, int mean, int 
     if (phase == 1 || gridDim.x > 1) {
         s = 0;
         for (i64 i = threadIdx.x; i < parts; i += blockDim.x) s += ((const volatile double*)part)[i];
-        s = block_sum(s, scratch);
+        s = block_sum(s);
     }
     if (threadIdx.x == 0) out[0] = down<T>((A)(mean ? s / (double)n : s));
 }

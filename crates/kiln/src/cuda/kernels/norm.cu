@@ -4,12 +4,11 @@
 template <typename T>
 __device__ void rms_norm_rows(const T* x, const T* w, T* y, i64 outer, i64 r, double eps) {
     typedef typename Acc<T>::type A;
-    __shared__ A scratch[32];
     for (i64 row = blockIdx.x; row < outer; row += gridDim.x) {
         const T* xr = x + row * r;
         A ss = 0;
         for (i64 j = threadIdx.x; j < r; j += blockDim.x) { A v = up<A>(xr[j]); ss += v * v; }
-        ss = block_sum(ss, scratch);
+        ss = block_sum(ss);
         A inv = (A)1 / sqrt(ss / (A)r + (A)eps);
         for (i64 j = threadIdx.x; j < r; j += blockDim.x)
             y[row * r + j] = down<T>(up<A>(xr[j]) * inv * (w ? up<A>(w[j]) : (A)1));

@@ -163,7 +163,6 @@ KILN_EPILOGUE(bf16, kbf) KILN_EPILOGUE(f16, kh) KILN_EPILOGUE(f32, float)
 template <typename T>
 __device__ void quantize_rows(const T* x, unsigned char* q, float* scale, i64 rows, i64 k) {
 #ifdef KILN_HAS_FP8
-    __shared__ float scratch[32];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * k;
         float amax = 0.f;
@@ -171,7 +170,7 @@ __device__ void quantize_rows(const T* x, unsigned char* q, float* scale, i64 ro
             float v = fabsf(up<float>(xr[j]));
             amax = (v != v || v > amax) ? v : amax;
         }
-        amax = block_max(amax, scratch);
+        amax = block_max(amax);
         float s = amax != amax ? amax : fmaxf(amax, 1e-12f) / 448.f;
         for (i64 j = threadIdx.x; j < k; j += blockDim.x) {
             float v = up<float>(xr[j]) / s;

@@ -14,7 +14,6 @@
 template <typename T>
 __device__ void softmax_rows(const T* x, T* y, i64 outer, i64 r, int want_log) {
     typedef typename Acc<T>::type A;
-    __shared__ A scratch[32];
     for (i64 row = blockIdx.x; row < outer; row += gridDim.x) {
         const T* xr = x + row * r;
         T* yr = y + row * r;
@@ -23,10 +22,10 @@ __device__ void softmax_rows(const T* x, T* y, i64 outer, i64 r, int want_log) {
             A v = up<A>(xr[j]);
             m = (v != v || v > m) ? v : m;
         }
-        m = block_max(m, scratch);
+        m = block_max(m);
         A s = 0;
         for (i64 j = threadIdx.x; j < r; j += blockDim.x) s += exp(up<A>(xr[j]) - m);
-        s = block_sum(s, scratch);
+        s = block_sum(s);
         A ls = log(s);
         for (i64 j = threadIdx.x; j < r; j += blockDim.x) {
             A z = up<A>(xr[j]) - m;

@@ -91,7 +91,6 @@ __device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_
     __shared__ float score[ROUTER_MAX];
     __shared__ u64 key[ROUTER_MAX];
     __shared__ u64 best[TOPK_MAX_K];
-    __shared__ A scratch[32];
     for (i64 row = blockIdx.x; row < outer; row += gridDim.x) {
         const T* xr = x + row * r;
         A m = 0, s = 1;
@@ -101,10 +100,10 @@ __device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_
                 A v = up<A>(xr[j]);
                 m = (v != v || v > m) ? v : m;
             }
-            m = block_max(m, scratch);
+            m = block_max(m);
             s = 0;
             for (i64 j = threadIdx.x; j < r; j += blockDim.x) s += exp(up<A>(xr[j]) - m);
-            s = block_sum(s, scratch);
+            s = block_sum(s);
         }
         for (i64 j = threadIdx.x; j < r; j += blockDim.x) {
             A v = up<A>(xr[j]);

@@ -28,17 +28,7 @@ pub fn cast(src: &DeviceBuffer, l: &Layout, from: DType, to: DType) -> Result<De
         let (sp, dp, n64) = (src.ptr(), out.ptr(), n as i64);
         // SAFETY: copy_bN reads n elements of `src` through `s` (in bounds: a valid view)
         // and writes n contiguous elements of `out`.
-        unsafe {
-            stream
-                .raw()
-                .launch_builder(&f)
-                .arg(&sp)
-                .arg(&s)
-                .arg(&dp)
-                .arg(&d)
-                .arg(&n64)
-                .launch(grid(&dev, n))?
-        };
+        unsafe { launch!(stream, f, grid(&dev, n); sp, s, dp, d, n64)? };
         return Ok(out);
     }
     let f = dev.function(&COPY, "cast_strided")?;
@@ -46,18 +36,7 @@ pub fn cast(src: &DeviceBuffer, l: &Layout, from: DType, to: DType) -> Result<De
     let (sp, dp, n64) = (src.ptr(), out.ptr(), n as i64);
     // SAFETY: cast_strided reads n elements of dtype `from` through `s` and writes n
     // elements of dtype `to` to `out`, which holds exactly that many bytes.
-    unsafe {
-        stream
-            .raw()
-            .launch_builder(&f)
-            .arg(&sp)
-            .arg(&sdt)
-            .arg(&s)
-            .arg(&dp)
-            .arg(&ddt)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(stream, f, grid(&dev, n); sp, sdt, s, dp, ddt, n64)? };
     Ok(out)
 }
 
@@ -78,17 +57,7 @@ pub fn copy_into(
     let (s, d) = (Strided::exact(sl)?, Strided::exact(dl)?);
     let (sp, dp, n64) = (src.ptr(), dst.ptr(), n as i64);
     // SAFETY: both views are in bounds of their buffers and have n elements.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&sp)
-            .arg(&s)
-            .arg(&dp)
-            .arg(&d)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); sp, s, dp, d, n64)? };
     Ok(())
 }
 
@@ -133,16 +102,6 @@ pub fn rand(device: Device, n: usize, dtype: DType, seed: u64, kind: RandKind) -
     let (p, ddt, k, n64) =
         (out.ptr(), dtype_code("rand", dtype)?, (kind == RandKind::Normal) as i32, n as i64);
     // SAFETY: rand_fill writes n elements of `dtype` into `out`.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&p)
-            .arg(&ddt)
-            .arg(&seed)
-            .arg(&k)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); p, ddt, seed, k, n64)? };
     Ok(out)
 }

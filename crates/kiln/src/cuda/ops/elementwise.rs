@@ -80,36 +80,14 @@ pub fn binary(
         let f = dev.function(&ELEMENTWISE, &format!("binary_contig_{sfx}"))?;
         let (ap, bp) = (ap + (la.offset * dt.size()) as u64, bp + (lb.offset * dt.size()) as u64);
         // SAFETY: both inputs are contiguous runs of n elements of `dt`; `o` holds n.
-        unsafe {
-            stream
-                .raw()
-                .launch_builder(&f)
-                .arg(&code)
-                .arg(&ap)
-                .arg(&bp)
-                .arg(&op_)
-                .arg(&n64)
-                .launch(grid(&dev, n))?
-        };
+        unsafe { launch!(stream, f, grid(&dev, n); code, ap, bp, op_, n64)? };
         return Ok(o);
     }
     let name = if op.is_comparison() { format!("compare_{sfx}") } else { format!("binary_{sfx}") };
     let f = dev.function(&ELEMENTWISE, &name)?;
     let (sa, sb) = (Strided::of(la)?, Strided::of(lb)?);
     // SAFETY: inputs are in-bounds views of n elements; `o` holds n elements of `out`.
-    unsafe {
-        stream
-            .raw()
-            .launch_builder(&f)
-            .arg(&code)
-            .arg(&ap)
-            .arg(&sa)
-            .arg(&bp)
-            .arg(&sb)
-            .arg(&op_)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(stream, f, grid(&dev, n); code, ap, sa, bp, sb, op_, n64)? };
     Ok(o)
 }
 
@@ -123,17 +101,7 @@ pub fn unary(op: UnaryOp, x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<Dev
     let f = dev.function(&ELEMENTWISE, &format!("unary_{}", suffix(op.name(), dt)?))?;
     let (code, xp, s, op_, n64) = (unary_code(op), x.ptr(), Strided::of(l)?, o.ptr(), n as i64);
     // SAFETY: reads n elements through an in-bounds view, writes n into `o`.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&code)
-            .arg(&xp)
-            .arg(&s)
-            .arg(&op_)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); code, xp, s, op_, n64)? };
     Ok(o)
 }
 
@@ -157,20 +125,7 @@ pub fn where_(
     let (sc, sa, sb) = (Strided::of(lc)?, Strided::of(la)?, Strided::of(lb)?);
     let (cp, ap, bp, op_, n64) = (c.ptr(), a.ptr(), b.ptr(), o.ptr(), n as i64);
     // SAFETY: three in-bounds views of n elements; `o` holds n elements.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&cp)
-            .arg(&sc)
-            .arg(&ap)
-            .arg(&sa)
-            .arg(&bp)
-            .arg(&sb)
-            .arg(&op_)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); cp, sc, ap, sa, bp, sb, op_, n64)? };
     Ok(o)
 }
 
@@ -184,16 +139,6 @@ pub fn frexp(x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<(DeviceBuffer, D
     let f = dev.function(&ELEMENTWISE, &format!("frexp_{}", suffix("frexp", dt)?))?;
     let (xp, s, mp, ep, n64) = (x.ptr(), Strided::of(l)?, m.ptr(), e.ptr(), n as i64);
     // SAFETY: reads n elements through an in-bounds view, writes n to `m` and `e`.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&s)
-            .arg(&mp)
-            .arg(&ep)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, s, mp, ep, n64)? };
     Ok((m, e))
 }

@@ -273,22 +273,7 @@ pub fn linear(
     // copy's release); w holds N·K contiguous elements from `wp`; bias, when `bp` != 0,
     // holds N elements `bs` apart; `out` holds rows·N. `vec` divides the byte addresses of
     // every row start, and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&xs)
-            .arg(&wp)
-            .arg(&bp)
-            .arg(&bs)
-            .arg(&op)
-            .arg(&m)
-            .arg(&n32)
-            .arg(&k32)
-            .arg(&g)
-            .launch(cfg)?
-    };
+    unsafe { launch!(dev.stream(), f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
     drop(x_copy);
     Ok(out)
 }

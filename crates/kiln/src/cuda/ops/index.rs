@@ -35,19 +35,7 @@ fn gather_like(
     let (xp, ip, op_, d, n64) = (x.ptr(), i64s.ptr(), o.ptr(), dim as i32, n as i64);
     // SAFETY: reads `x` only at in-range coordinates (out-of-range indices give 0),
     // reads n (gather) or out_shape[dim] (index_select) indices, writes n elements.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&sx)
-            .arg(&d)
-            .arg(&ip)
-            .arg(&so)
-            .arg(&op_)
-            .arg(&n64)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, d, ip, so, op_, n64)? };
     Ok(o)
 }
 
@@ -96,18 +84,7 @@ pub fn take(
     let (xp, sx, ip, op_, n64, numel) =
         (x.ptr(), Strided::of(lx)?, i64s.ptr(), o.ptr(), n as i64, lx.numel() as i64);
     // SAFETY: reads n indices and `x` only at in-range flat positions; writes n elements.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&sx)
-            .arg(&ip)
-            .arg(&op_)
-            .arg(&n64)
-            .arg(&numel)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, ip, op_, n64, numel)? };
     Ok(o)
 }
 
@@ -150,18 +127,6 @@ pub fn put(
         (x.ptr(), Strided::of(lx)?, i64s.ptr(), src.ptr(), Strided::of(ls)?, n as i64, lx.numel() as i64);
     // SAFETY: writes `x` only at in-range flat positions of its view; reads n indices
     // and n source elements.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&sx)
-            .arg(&ip)
-            .arg(&sp)
-            .arg(&ss)
-            .arg(&n64)
-            .arg(&numel)
-            .launch(grid(&dev, n))?
-    };
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, ip, sp, ss, n64, numel)? };
     Ok(())
 }

@@ -28,16 +28,7 @@ pub fn mse_loss(
         let f = dev.function(&LOSS, &format!("mse_none_{sfx}"))?;
         let op_ = out.ptr();
         // SAFETY: reads n elements of each input, writes n.
-        unsafe {
-            dev.stream()
-                .raw()
-                .launch_builder(&f)
-                .arg(&ap)
-                .arg(&bp)
-                .arg(&op_)
-                .arg(&n64)
-                .launch(super::grid(&dev, n))?
-        };
+        unsafe { launch!(dev.stream(), f, super::grid(&dev, n); ap, bp, op_, n64)? };
         return Ok(out);
     }
     let out = dev.alloc(dt.size())?;
@@ -55,19 +46,7 @@ pub fn mse_loss(
         // SAFETY: reads n elements of each input; writes one output and, with several blocks,
         // `blocks` f64 sums to `part`; `counter` is this stream's sync word.
         unsafe {
-            dev.stream()
-                .raw()
-                .launch_builder(&f)
-                .arg(&ap)
-                .arg(&bp)
-                .arg(&op_)
-                .arg(&n64)
-                .arg(&mean)
-                .arg(&phase)
-                .arg(&parts)
-                .arg(&pp)
-                .arg(&counter)
-                .launch(cfg(grid, THREADS))?
+            launch!(dev.stream(), f, cfg(grid, THREADS); ap, bp, op_, n64, mean, phase, parts, pp, counter)?
         };
     }
     Ok(out)

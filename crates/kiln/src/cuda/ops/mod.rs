@@ -1,6 +1,15 @@
 //! GPU op launchers: the CUDA half of each op in `crate::ops`. Each file serves one
 //! kernel family (`kernels/<family>.cu`); shapes and dtypes were checked in `ops`.
 
+/// Launches kernel `f` on `stream` (a `Stream`) with launch config `cfg` and the
+/// arguments in order (each passed by reference, as cudarc wants). Unsafe as the launch
+/// is: call it inside `unsafe` with a SAFETY note on what the kernel reads and writes.
+macro_rules! launch {
+    ($stream:expr, $f:expr, $cfg:expr; $($arg:expr),* $(,)?) => {
+        $stream.raw().launch_builder(&$f)$(.arg(&$arg))*.launch($cfg)
+    };
+}
+
 mod copy;
 mod elementwise;
 pub mod gemv;

@@ -155,18 +155,7 @@ pub fn reduce(
     let (code, xp, outer64, r64) = (reduce_code(op), x.ptr(), outer as i64, r as i64);
     // SAFETY: `x` holds outer·r contiguous elements of `dt`; the kernel writes `outer`
     // values through exactly one of `ot` / `oi`, both pointing at `o`.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&code)
-            .arg(&xp)
-            .arg(&ot)
-            .arg(&oi)
-            .arg(&outer64)
-            .arg(&r64)
-            .launch(rows_grid(outer, row_threads(r)))?
-    };
+    unsafe { launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); code, xp, ot, oi, outer64, r64)? };
     Ok(o)
 }
 
@@ -203,21 +192,7 @@ pub fn var_mean(
         // SAFETY: reads outer·r elements; writes `outer` to each output and, when bpr > 1,
         // 2·outer·bpr compute-type values to `part`; `counter` is this stream's sync word.
         unsafe {
-            dev.stream()
-                .raw()
-                .launch_builder(&f)
-                .arg(&xp)
-                .arg(&vp)
-                .arg(&mp)
-                .arg(&outer64)
-                .arg(&r64)
-                .arg(&bpr64)
-                .arg(&chunk64)
-                .arg(&correction)
-                .arg(&phase)
-                .arg(&pp)
-                .arg(&counter)
-                .launch(cfg(blocks.min(1 << 20), VM_THREADS))?
+            launch!(dev.stream(), f, cfg(blocks.min(1 << 20), VM_THREADS); xp, vp, mp, outer64, r64, bpr64, chunk64, correction, phase, pp, counter)?
         };
     }
     Ok((v, m))
@@ -244,17 +219,7 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
         SoftmaxPath::Rows => {
             let f = dev.function(&SOFTMAX, &format!("softmax_{sfx}"))?;
             // SAFETY: reads and writes outer·r contiguous elements.
-            unsafe {
-                dev.stream()
-                    .raw()
-                    .launch_builder(&f)
-                    .arg(&xp)
-                    .arg(&op_)
-                    .arg(&outer64)
-                    .arg(&r64)
-                    .arg(&lg)
-                    .launch(rows_grid(outer, row_threads(r)))?
-            };
+            unsafe { launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); xp, op_, outer64, r64, lg)? };
         }
         SoftmaxPath::Warp => {
             let v = [1, 4, 8, 32].into_iter().find(|v| 32 * v >= r).unwrap_or(32);
@@ -262,15 +227,7 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             // Eight rows (warps) per block; the kernel loops when rows outnumber warps.
             // SAFETY: reads and writes outer·r contiguous elements, r <= 32·v.
             unsafe {
-                dev.stream()
-                    .raw()
-                    .launch_builder(&f)
-                    .arg(&xp)
-                    .arg(&op_)
-                    .arg(&outer64)
-                    .arg(&r64)
-                    .arg(&lg)
-                    .launch(cfg(outer.div_ceil(8).min(1 << 20), 256))?
+                launch!(dev.stream(), f, cfg(outer.div_ceil(8).min(1 << 20), 256); xp, op_, outer64, r64, lg)?
             };
         }
         SoftmaxPath::Split => {
@@ -320,17 +277,6 @@ pub fn rms_norm(
     let f = dev.function(&NORM, &format!("rms_norm_{}", suffix("rms_norm", dt)?))?;
     let (xp, wp, op_, outer64, r64) = (x.ptr(), w.map_or(0, |w| w.ptr()), o.ptr(), outer as i64, r as i64);
     // SAFETY: reads outer·r elements (and r weights when `wp` is non-null), writes outer·r.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&wp)
-            .arg(&op_)
-            .arg(&outer64)
-            .arg(&r64)
-            .arg(&eps)
-            .launch(rows_grid(outer, row_threads(r)))?
-    };
+    unsafe { launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); xp, wp, op_, outer64, r64, eps)? };
     Ok(o)
 }

@@ -151,24 +151,7 @@ fn gemv(
         // w.ptr (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
         // at `sb`, n bias values when `bias` is non-null; it writes mc·n values of `out`
         // from `op_`, inside the buffer allocated above.
-        unsafe {
-            stream
-                .raw()
-                .launch_builder(&f)
-                .arg(&ap)
-                .arg(&lda)
-                .arg(&w.ptr)
-                .arg(&ldw)
-                .arg(&sap)
-                .arg(&sb)
-                .arg(&rowwise)
-                .arg(&bias)
-                .arg(&op_)
-                .arg(&mc)
-                .arg(&ni)
-                .arg(&ki)
-                .launch(cfg)?
-        };
+        unsafe { launch!(stream, f, cfg; ap, lda, w.ptr, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki)? };
     }
     Ok(out)
 }
@@ -430,20 +413,7 @@ fn lt_scaled_mm(
     let (bias, op_, m64, n64) = (p.bias.map_or(0, |b| b.ptr()), out.ptr(), m as i64, n as i64);
     // SAFETY: reads m rows of n f32s at stride ldd from `d`, m and n scales, n bias values
     // when non-null; writes m·n values of `out`.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&dp)
-            .arg(&ld64)
-            .arg(&sa)
-            .arg(&sb)
-            .arg(&bias)
-            .arg(&op_)
-            .arg(&m64)
-            .arg(&n64)
-            .launch(super::grid(dev, m * n))?
-    };
+    unsafe { launch!(dev.stream(), f, super::grid(dev, m * n); dp, ld64, sa, sb, bias, op_, m64, n64)? };
     Ok(out)
 }
 
@@ -464,16 +434,6 @@ pub fn quantize_rows(
     let f = dev.function(&SCALED_MM, &format!("quantize_rows_{}", out_name(dt)))?;
     let (xp, qp, sp, r64, k64) = (x.ptr(), q.ptr(), s.ptr(), rows as i64, k as i64);
     // SAFETY: reads rows·k contiguous elements of `dt`, writes rows·k bytes and rows f32s.
-    unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&qp)
-            .arg(&sp)
-            .arg(&r64)
-            .arg(&k64)
-            .launch(rows_grid(rows, row_threads(k)))?
-    };
+    unsafe { launch!(dev.stream(), f, rows_grid(rows, row_threads(k)); xp, qp, sp, r64, k64)? };
     Ok((q, s))
 }

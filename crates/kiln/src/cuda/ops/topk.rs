@@ -56,21 +56,7 @@ pub fn topk(
         // SAFETY: reads outer·r elements of `x` (and outer·n candidates when `cp` is set);
         // writes outer·chunks·k candidates to `dst`, or outer·k values and indices.
         unsafe {
-            dev.stream()
-                .raw()
-                .launch_builder(&f)
-                .arg(&xp)
-                .arg(&cp)
-                .arg(&outer64)
-                .arg(&n64)
-                .arg(&r64)
-                .arg(&k32)
-                .arg(&lg)
-                .arg(&chunks64)
-                .arg(&dp)
-                .arg(&vp)
-                .arg(&ip)
-                .launch(cfg((outer * chunks).min(1 << 20), 512))?
+            launch!(dev.stream(), f, cfg((outer * chunks).min(1 << 20), 512); xp, cp, outer64, n64, r64, k32, lg, chunks64, dp, vp, ip)?
         };
         if last {
             return Ok((vals, idxs));
@@ -116,19 +102,7 @@ pub fn router_topk(
     // f32 weights and int64 indices; r <= ROUTER_MAX and k <= TOPK_MAX_K fit the block's
     // shared arrays.
     unsafe {
-        dev.stream()
-            .raw()
-            .launch_builder(&f)
-            .arg(&xp)
-            .arg(&bp)
-            .arg(&wp)
-            .arg(&ip)
-            .arg(&outer64)
-            .arg(&r64)
-            .arg(&k32)
-            .arg(&sg)
-            .arg(&eps)
-            .launch(cfg(outer.min(1 << 20), threads))?
+        launch!(dev.stream(), f, cfg(outer.min(1 << 20), threads); xp, bp, wp, ip, outer64, r64, k32, sg, eps)?
     };
     Ok((w, i))
 }
