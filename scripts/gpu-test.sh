@@ -4,8 +4,8 @@
 # Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|all] ...   (default: tests bench)
 #   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
 #             kiln generate on the fixture llama
-#   bench:    suites runtime, linear, reductions, fp8 (PyTorch peers in the same call),
-#             decode (llama-3.1-8b, qwen3-8b, qwen3-30b-a3b); JSON under $OUT/results
+#   bench:    `kiln bench` (the default set: every suite, PyTorch peers in the same call)
+#             with charts, and decode for every preset; JSON in results/
 #   sanitize: compute-sanitizer memcheck over the gpu_* binaries, racecheck on reductions
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
@@ -41,19 +41,16 @@ tests() {
     --max-tokens 16 --device cuda
 }
 bench() {
-  run bench_runtime 120 .gpu/kiln bench --suite runtime --json "$RES/runtime.json"
-  for s in linear reductions fp8; do
-    run "bench_$s" 300 .gpu/kiln bench --suite "$s" --json "$RES/$s.json"
-  done
-  for p in llama-3.1-8b qwen3-8b qwen3-30b-a3b; do
-    run "decode_$p" 300 .gpu/kiln bench --suite decode --preset "$p" --json "$RES/decode-$p.json"
-  done
+  # The default set (every suite, PyTorch beside kiln, llama-3.1-8b decode), charts, then
+  # decode and memory for every preset.
+  run bench_default 300 .gpu/kiln bench --json "$RES/default.json" --plot "$RES/plots"
+  run decode_all 300 .gpu/kiln bench --suite decode --preset all --json "$RES/decode-all.json"
 }
 sanitize() {
   for t in .gpu/tests/gpu_*; do
-    run "memcheck_$(basename "$t")" 400 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
+    run "memcheck_$(basename "$t")" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
   done
-  run racecheck_reductions 300 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/tests/gpu_reductions
+  run racecheck_reductions 150 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/tests/gpu_reductions
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader > "$LOG/gpu.txt"
 modes=("$@"); [ ${#modes[@]} -eq 0 ] && modes=(tests bench)

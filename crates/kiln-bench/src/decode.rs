@@ -204,7 +204,7 @@ pub fn run(preset_name: &str) -> Result<Value> {
     for name in names {
         let config = preset(name)?;
         println!("decode {name} (bf16, random weights, batch 1)");
-        out.insert(name.into(), run_config(config, Device::Cuda(0), &CONTEXTS, 32)?);
+        out.insert(name.into(), run_config(config, Device::Cuda(0), &CONTEXTS, 128)?);
     }
     Ok(json!({ "suite": "decode", "provenance": provenance(), "presets": out }))
 }

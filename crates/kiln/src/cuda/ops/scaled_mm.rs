@@ -4,7 +4,8 @@
 //! - M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
 //!   `A/B_SCALE_POINTER`; row-wise as `OUTER_VEC_32F` scale vectors. Where cuBLASLt has no
 //!   algorithm for the latter, the named slower path "row-wise epilogue" runs a unit-scale
-//!   f32 GEMM and `scaled_mm_epilogue` applies scales, bias and the cast.
+//!   f32 GEMM and `scaled_mm_epilogue` applies scales, bias and the cast. Where it has no
+//!   FP8 algorithm at all, the named slower path "decode kernel in 16-row chunks" runs.
 //! - Operands that are not 16-byte aligned (offset views, odd leading dims) are copied to
 //!   fresh contiguous buffers first; an output row count N that is not a multiple of 16 is
 //!   computed with a padded leading dim and then copied out (cuBLASLt path only).
@@ -135,7 +136,8 @@ fn gemv(
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
     let stream = dev.stream();
-    // Row chunks of 16 (only K = 0 has more than one): offset a, scale_a and out per chunk.
+    // Row chunks of 16 (several only for K = 0 and shapes cuBLASLt declines): offset a,
+    // scale_a and out per chunk.
     for m0 in (0..m).step_by(GEMV_MAX_M) {
         let mc = (m - m0).min(GEMV_MAX_M) as i32;
         let ap = a.ptr + (m0 * a.ld) as u64;
@@ -370,6 +372,23 @@ fn lt_gemm(
     Ok(true)
 }
 
+/// Named slower path "decode kernel in 16-row chunks", for shapes cuBLASLt has no FP8
+/// algorithm for (seen on Hopper with N not a multiple of 16): right, never an error.
+fn chunked_gemv(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<DeviceBuffer> {
+    tracing::info!(
+        "scaled_mm {m}x{k}x{n}: cuBLASLt has no FP8 algorithm; using the decode kernel in 16-row chunks"
+    );
+    gemv(dev, p, a, w, m, n, k)
+}
+
 fn lt_scaled_mm(
     dev: &CudaDevice,
     p: &ScaledMm<'_>,
@@ -396,7 +415,7 @@ fn lt_scaled_mm(
             return copy::cast(&d, &view, p.out, p.out);
         }
         if !rowwise {
-            return Err(Error::Cuda(format!("cuBLASLt has no FP8 algorithm for {m}×{k}×{n}")));
+            return chunked_gemv(dev, p, a, w, m, n, k);
         }
         tracing::info!(
             "scaled_mm {m}x{k}x{n}: cuBLASLt has no outer-vector scaling here; using the row-wise epilogue"
@@ -405,7 +424,7 @@ fn lt_scaled_mm(
     // Named slower path "row-wise epilogue".
     let d = dev.alloc(m * ldd * 4)?;
     if !lt_gemm(dev, p, a, w, (m, n, k), ScaleMode::Unit, None, (d.ptr(), ldd, DType::F32))? {
-        return Err(Error::Cuda(format!("cuBLASLt has no FP8 algorithm for {m}×{k}×{n}")));
+        return chunked_gemv(dev, p, a, w, m, n, k);
     }
     let out = dev.alloc(m * n * p.out.size())?;
     let f = dev.function(&SCALED_MM, &format!("scaled_mm_epilogue_{}", out_name(p.out)))?;
