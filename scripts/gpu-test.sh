@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root, over binaries staged by stage-gpu.sh, and
 # ends with a short table. Every step has a time limit so one hang cannot eat the call.
-# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|all] ...   (default: tests bench)
+# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all] ...   (default: tests bench)
 #   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
 #             kiln generate on the fixture llama
 #   bench:    `kiln bench` (the default set: every suite, PyTorch peers in the same call)
 #             with charts, and decode for every preset; JSON in results/
 #   sanitize: compute-sanitizer memcheck over the gpu_* binaries, racecheck on reductions
+#   profile:  ncu over the reductions suite's small-row kernels
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
 set -uo pipefail
@@ -46,6 +47,12 @@ bench() {
   run bench_default 300 .gpu/kiln bench --json "$RES/default.json" --plot "$RES/plots"
   run decode_all 300 .gpu/kiln bench --suite decode --preset all --json "$RES/decode-all.json"
 }
+profile() {
+  # Nsight Compute on the small-row kernels that sit far above their floor (clocks untouched).
+  run ncu_reductions 240 ncu --clock-control none -k "regex:router_topk|softmax_split|var_mean|topk_stage" -c 6 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    .gpu/kiln bench --suite reductions --peer none
+}
 sanitize() {
   for t in .gpu/tests/gpu_*; do
     run "memcheck_$(basename "$t")" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
@@ -55,7 +62,7 @@ sanitize() {
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader > "$LOG/gpu.txt"
 modes=("$@"); [ ${#modes[@]} -eq 0 ] && modes=(tests bench)
 for m in "${modes[@]}"; do
-  case "$m" in tests) tests;; bench) bench;; sanitize) sanitize;; all) tests; bench; sanitize;;
+  case "$m" in tests) tests;; bench) bench;; sanitize) sanitize;; profile) profile;; all) tests; bench; sanitize;;
     *) echo "unknown mode $m"; exit 2;; esac
 done
 grep -h "^FAIL\|panicked" "$LOG"/*.log | head -30 | cut -c1-200

@@ -176,7 +176,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     }
     let stack = layer_stack(4)?;
     println!(
-        "{}: weights {:.0} MB bf16 -> {:.0} MB fp8 ({:.3}x); decode pass {:.1} µs bf16 -> {:.1} µs fp8 ({:.2}x)",
+        "{}:\n  weights {:.0} MB bf16 -> {:.0} MB fp8 ({:.3}x); decode pass {:.1} µs bf16 -> {:.1} µs fp8 ({:.2}x)",
         stack["name"].as_str().unwrap_or(""),
         stack["weight_bytes_bf16"].as_f64().unwrap_or(0.0) / 1e6,
         stack["weight_bytes_fp8"].as_f64().unwrap_or(0.0) / 1e6,

@@ -51,21 +51,31 @@ fn softmaxes(dev: &Arc<CudaDevice>, rows: &mut Vec<Row>) -> Result<()> {
             graph(dev, rows, &format!("log_softmax_f32_{outer}x{r}"), bytes, || x.log_softmax(-1).map(drop))?;
             let xb = x.to_dtype(DType::BF16)?;
             graph(dev, rows, &format!("softmax_bf16_{outer}x{r}"), bytes / 2, || xb.softmax(-1).map(drop))?;
-            // The other paths on the headline shape, for the policy.
-            let variants = [
+        }
+        // The other paths of the long rows, for the policy (a forced path that does not apply
+        // runs the split kernel).
+        let variants: &[(&str, Option<SoftmaxPath>, BlockSync)] = match (outer, r) {
+            (1, 128256) => &[
                 ("rows", Some(SoftmaxPath::Rows), BlockSync::OneLaunch),
+                ("split", Some(SoftmaxPath::Split), BlockSync::OneLaunch),
                 ("split-2launch", Some(SoftmaxPath::Split), BlockSync::MultiLaunch),
-            ];
-            for (tag, path, sync) in variants {
-                set_softmax_path(path);
-                set_block_sync(sync);
-                let r = graph(dev, rows, &format!("softmax_f32_{outer}x{r}[{tag}]"), bytes, || {
-                    x.softmax(-1).map(drop)
-                });
-                set_softmax_path(None);
-                set_block_sync(BlockSync::OneLaunch);
-                r?;
-            }
+                ("cluster", Some(SoftmaxPath::Cluster), BlockSync::OneLaunch),
+            ],
+            (_, 8192..) => &[
+                ("split", Some(SoftmaxPath::Split), BlockSync::OneLaunch),
+                ("cluster", Some(SoftmaxPath::Cluster), BlockSync::OneLaunch),
+            ],
+            _ => &[],
+        };
+        for &(tag, path, sync) in variants {
+            set_softmax_path(path);
+            set_block_sync(sync);
+            let r = graph(dev, rows, &format!("softmax_f32_{outer}x{r}[{tag}]"), bytes, || {
+                x.softmax(-1).map(drop)
+            });
+            set_softmax_path(None);
+            set_block_sync(BlockSync::OneLaunch);
+            r?;
         }
     }
     Ok(())

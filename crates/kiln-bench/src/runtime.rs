@@ -76,7 +76,13 @@ pub fn run() -> Result<Value> {
         "kernel modules: {} compiled ({:.0} ms), {} from disk cache ({:.1} ms); wall {load_wall_ms:.0} ms",
         cache.compiled, cache.compiled_ms, cache.disk_hits, cache.disk_ms
     );
-    println!("allocator loop: {alloc}");
+    println!(
+        "allocator loop: {} allocs over {} steps, {} from the driver, {:.2} µs per alloc+free",
+        alloc["allocs"],
+        alloc["steps"],
+        alloc["driver_allocs"],
+        alloc["us_per_alloc_free"].as_f64().unwrap_or(f64::NAN)
+    );
     Ok(json!({
         "copy_gbps": copy_gbps,
         "copy": copy,

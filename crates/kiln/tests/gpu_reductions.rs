@@ -22,6 +22,7 @@ fn each_path(mut f: impl FnMut(&str) -> R) -> R {
         ("warp", Some(SoftmaxPath::Warp), BlockSync::OneLaunch),
         ("split", Some(SoftmaxPath::Split), BlockSync::OneLaunch),
         ("split-2launch", Some(SoftmaxPath::Split), BlockSync::MultiLaunch),
+        ("cluster", Some(SoftmaxPath::Cluster), BlockSync::OneLaunch),
     ];
     let mut out = Ok(());
     for (name, path, sync) in modes {
@@ -106,6 +107,7 @@ fn softmax_special(cx: &mut Ctx) -> R {
         v[2 * r + 1] = f32::INFINITY; // row 2: one +inf
         v[3 * r..4 * r].iter_mut().step_by(2).for_each(|x| *x = f32::NEG_INFINITY); // row 3: half -inf
         v[5 * r - 1] = f32::NEG_INFINITY; // row 4: one -inf
+        v[5 * r..5 * r + 2 * r / 5].iter_mut().for_each(|x| *x = f32::NEG_INFINITY); // row 5: -inf chunks
         let c = Tensor::from_vec(v, &[6, r], CPU).map_err(e)?;
         let g = c.to_device(cx.gpu).map_err(e)?;
         each_path(|p| {

@@ -17,10 +17,7 @@ impl Tensor {
         let nbins = if self.numel() == 0 {
             minlength
         } else {
-            // Both reductions are queued before the first read waits for them.
-            let x = self.to_dtype(DType::I64)?;
-            let (lo, hi) = (x.min(&[], false)?, x.max(&[], false)?);
-            let (lo, hi) = (lo.to_vec::<i64>()?[0], hi.to_vec::<i64>()?[0]);
+            let (lo, hi) = self.value_range()?;
             if lo < 0 {
                 return Err(Error::invalid("bincount", format!("input holds a negative value ({lo})")));
             }
@@ -54,6 +51,22 @@ impl Tensor {
             _ => unreachable!("devices checked in check_bincount"),
         };
         Ok(Tensor::from_storage(storage, &[nbins], out_dt, self.device))
+    }
+
+    /// (min, max) of a non-empty integer tensor, read back to the host (the one sync of
+    /// the eager `bincount`). On the GPU one whole-GPU launch finds both.
+    fn value_range(&self) -> Result<(i64, i64)> {
+        let x = self.to_dtype(DType::I64)?.dense()?;
+        let keys = match &*x.read() {
+            Storage::Cuda(b) => crate::cuda::ops::value_range_i64(b, x.numel())?,
+            Storage::Cpu(_) => {
+                let (lo, hi) = (x.min(&[], false)?, x.max(&[], false)?);
+                return Ok((lo.to_vec::<i64>()?[0], hi.to_vec::<i64>()?[0]));
+            }
+        };
+        let keys =
+            Tensor::from_storage(Storage::Cuda(keys), &[2], DType::U64, self.device).to_vec::<u64>()?;
+        Ok(crate::cuda::ops::decode_range([keys[0], keys[1]]))
     }
 
     fn check_bincount(&self, weights: Option<&Tensor>) -> Result<()> {

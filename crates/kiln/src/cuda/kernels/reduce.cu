@@ -82,7 +82,7 @@ __device__ void var_mean_store(Welford<A> w, T* var, T* mean, i64 row, i64 r, do
 // folds tiles of VM_V values (exact tile mean and M2, one division per tile) into its
 // state, then the block merges. One chunk per row: the block writes. Several: chunk states
 // go to `part` (mean, M2; the count follows from the chunk) and the last block to finish
-// (phase 2; `counter` word) or a second launch (phase 0, then 1 with a block per row)
+// (phase 2; `counter` word) or a second launch (phase 0, then 1 with a warp per row)
 // merges each row.
 template <typename T>
 __device__ void var_mean_split(const T* x, T* var, T* mean, i64 outer, i64 r, i64 bpr, i64 chunk,
@@ -124,20 +124,25 @@ __device__ void var_mean_split(const T* x, T* var, T* mean, i64 outer, i64 r, i6
         }
         if (bpr == 1 || phase == 0 || !last_block(counter)) return;
     }
-    // Merge each row's chunk states: by the last block (phase 2) or a block per row (phase 1).
-    for (i64 row = phase == 1 ? blockIdx.x : 0; row < outer; row += phase == 1 ? gridDim.x : 1) {
+    // Merge each row's chunk states, a warp per row: the rows of the last block (phase 2)
+    // or of this block's warps (phase 1). Not a block-wide merge per row: the last block
+    // would pay one block barrier per row, serially.
+    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const i64 first = (phase == 1 ? (i64)blockIdx.x * nw : 0) + (threadIdx.x >> 5);
+    const i64 stride = phase == 1 ? (i64)gridDim.x * nw : nw;
+    for (i64 row = first; row < outer; row += stride) {
         const volatile A* p = part + 2 * row * bpr;
         Welford<A> st;
         st.n = 0; st.m = 0; st.q = 0;
-        for (i64 b = threadIdx.x; b < bpr; b += blockDim.x) {
+        for (i64 b = lane; b < bpr; b += 32) {
             Welford<A> c;
             c.n = max((i64)0, min(chunk, r - b * chunk));
             c.m = p[2 * b];
             c.q = p[2 * b + 1];
             st = merge(st, c);
         }
-        st = block_merge(st, Welford<A>{0, (A)0, (A)0});
-        if (threadIdx.x == 0) var_mean_store(st, var, mean, row, r, correction);
+        st = warp_merge(st);
+        if (lane == 0) var_mean_store(st, var, mean, row, r, correction);
     }
 }
 

@@ -49,21 +49,25 @@ __device__ __forceinline__ float out_scale(const float* sa, const float* sb, int
 }
 
 // ---- fp8_gemv: out[M, N] = (a[M, K] · w[N, K]ᵀ) · scales + bias, for M <= 16 ----
-// One block of KW warps owns NT·8 weight rows; its warps split K (interleaved 64·U-byte
-// chunks), each lane loading 16 contiguous bytes of a weight row per step. The mma's k
-// order is a permutation of memory order, the same for A and B (lane group t holds bytes
-// t·16 .. t·16+15 of a 64-byte chunk: bytes 0–7 feed one mma, 8–15 the next), so every
-// load is a 16-byte vector with no shuffles. Rows m < 8 of A come from lanes' g = m, rows
-// 8..15 from the second A register pair. Partial sums meet in shared memory.
+// A block of 8 warps holds 8/KW row groups of NT·8 weight rows; the KW warps of a group
+// split K (interleaved 64·U-byte chunks; KW is chosen per shape so that short rows still
+// keep every warp busy), each lane loading 16 contiguous bytes of a weight row per step,
+// U·NT loads in flight. The mma's k order is a permutation of memory order, the same for A
+// and B (lane group t holds bytes t·16 .. t·16+15 of a 64-byte chunk: bytes 0–7 feed one
+// mma, 8–15 the next), so every load is a 16-byte vector with no shuffles. Rows m < 8 of A
+// come from lanes' g = m, rows 8..15 from the second A register pair. A group's partial
+// sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
+#define FP8_GEMV_WARPS 8
+
 template <typename AT, typename BT, typename O, int NT, int U>
 __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa,
-                         const float* sb, int rowwise, const O* bias, O* out, int M, int N, int K) {
+                         const float* sb, int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {
 #ifdef KILN_HAS_FP8
-    const int KW = 4;
-    __shared__ float part[KW][NT][4][32];
+    __shared__ float part[FP8_GEMV_WARPS][NT][4][32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    i64 n0 = (i64)blockIdx.x * 8 * NT;
+    int q = warp % KW;  // this warp's K slice within its row group
+    i64 n0 = ((i64)blockIdx.x * (FP8_GEMV_WARPS / KW) + warp / KW) * 8 * NT;
     float acc[NT][4];
     const unsigned char* wrow[NT];
     bool wok[NT];
@@ -78,7 +82,7 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
     const unsigned char* arow0 = a + (lo ? g : 0) * lda;
     const unsigned char* arow1 = a + (hi ? g + 8 : 0) * lda;
     const u32x4 zero = {0, 0, 0, 0};
-    for (int kb = warp * 64 * U; kb < K; kb += KW * 64 * U) {
+    for (int kb = q * 64 * U; kb < K; kb += KW * 64 * U) {
         u32x4 wv[NT][U], a0[U], a1[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -100,12 +104,14 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
             }
         }
     }
+    if (KW > 1) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) part[warp][j][i][lane] = acc[j][i];
-    __syncthreads();
-    if (warp != 0) return;
+            for (int i = 0; i < 4; ++i) part[warp][j][i][lane] = acc[j][i];
+        __syncthreads();
+    }
+    if (q != 0) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -113,8 +119,8 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
             // Accumulator i of lane (g, t): row g (+8 for i >= 2), column t·2 + (i & 1).
             i64 m = g + (i >= 2 ? 8 : 0), n = n0 + j * 8 + t * 2 + (i & 1);
             if (m >= M || n >= N) continue;
-            float v = 0.f;
-            for (int q = 0; q < KW; ++q) v += part[q][j][i][lane];
+            float v = acc[j][i];
+            for (int p = 1; p < KW; ++p) v += part[warp + p][j][i][lane];
             v *= out_scale(sa, sb, rowwise, m, n);
             if (bias) v += up<float>(bias[n]);
             out[m * N + n] = down<O>(v);
@@ -125,17 +131,17 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
 }
 
 #define KILN_GEMV(AS, AT, BS, BT, OS, O, NT, U)                                                             \
-    extern "C" __global__ void __launch_bounds__(128) fp8_gemv_##AS##_##BS##_##OS##_##NT(                   \
+    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS) fp8_gemv_##AS##_##BS##_##OS##_##NT(   \
         const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa, const float* sb, \
-        int rowwise, const O* bias, O* out, int M, int N, int K) {                                          \
-        fp8_gemv<AT, BT, O, NT, U>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K);                    \
+        int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {                                  \
+        fp8_gemv<AT, BT, O, NT, U>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K, KW);                \
     }
 // NT = 1 for M <= 8, 2 for M <= 16 (each activation load then feeds two weight tiles);
-// both keep 4 weight loads of 16 bytes in flight per lane.
+// both keep 8 weight loads of 16 bytes in flight per lane (cuda/ops/scaled_mm.rs: gemv_step).
 #define KILN_GEMV_OUT(AS, AT, BS, BT) \
-    KILN_GEMV(AS, AT, BS, BT, bf16, kbf, 1, 4) KILN_GEMV(AS, AT, BS, BT, bf16, kbf, 2, 2) \
-    KILN_GEMV(AS, AT, BS, BT, f16, kh, 1, 4) KILN_GEMV(AS, AT, BS, BT, f16, kh, 2, 2) \
-    KILN_GEMV(AS, AT, BS, BT, f32, float, 1, 4) KILN_GEMV(AS, AT, BS, BT, f32, float, 2, 2)
+    KILN_GEMV(AS, AT, BS, BT, bf16, kbf, 1, 8) KILN_GEMV(AS, AT, BS, BT, bf16, kbf, 2, 4) \
+    KILN_GEMV(AS, AT, BS, BT, f16, kh, 1, 8) KILN_GEMV(AS, AT, BS, BT, f16, kh, 2, 4) \
+    KILN_GEMV(AS, AT, BS, BT, f32, float, 1, 8) KILN_GEMV(AS, AT, BS, BT, f32, float, 2, 4)
 KILN_GEMV_OUT(e4m3, e4m3, e4m3, e4m3) KILN_GEMV_OUT(e4m3, e4m3, e5m2, e5m2) KILN_GEMV_OUT(e5m2, e5m2, e4m3, e4m3)
 
 // ---- row-wise epilogue of the cuBLASLt fallback: out = d · sa[m] · sb[n] + bias[n] ----

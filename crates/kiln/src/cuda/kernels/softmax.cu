@@ -3,13 +3,17 @@
 //
 // v1 softmax_rows: one block per row, three passes (max, sum, write). The reference.
 // v2 softmax_warp: one warp per row for r <= 32·V, the row held in registers; no block
-//    synchronisation at all. For many short rows (attention, small vocabularies).
+//    synchronisation at all; one exp per value. For many short rows (attention, small vocabularies).
 // v3 softmax_split: a row cut into chunks of one block each. Pass 1 gives each chunk's
 //    (max, sum of exp(x - max)) with online rescaling, pass 2 merges the chunks' pairs and
 //    writes. The chunks of a row meet through a grid barrier in one cooperative launch
 //    (phase 2) or through two launches (phase 0, then 1). With one chunk per row
 //    (bpr = 1) it is the block-per-row kernel for medium rows, with no barrier; its last
 //    tile stays in registers between the passes, so a one-tile chunk is read once.
+// v4 softmax_cluster: a long row (a few rows) over a cluster of 8 blocks (Hopper), each
+//    holding its eighth of the row in registers: read once, one exp per value. The blocks
+//    swap (max, sum) pairs through distributed shared memory at a hardware cluster barrier
+//    instead of global memory and a grid barrier.
 
 template <typename T>
 __device__ void softmax_rows(const T* x, T* y, i64 outer, i64 r, int want_log) {
@@ -81,12 +85,24 @@ __device__ void softmax_warp(const T* x, T* y, i64 outer, i64 r, int want_log) {
             i64 j = lane + 32 * i;
             v[i] = j < r ? up<A>(xr[j]) : (A)-kiln_inf();
         }
-        MaxSum<A> st = warp_merge(tile_ms<A, V>(v));
-        A ls = log(st.s);
+        // Max first, then one exp per value, kept for the output (not an online merge,
+        // which evaluates exp twice per value: this kernel is bound by that arithmetic).
+        A m = v[0];
+#pragma unroll
+        for (int i = 1; i < V; ++i) m = nan_max(m, v[i]);
+        m = warp_max(m);
+        A s = 0;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+            v[i] = want_log ? v[i] - m : exp(v[i] - m);
+            s += want_log ? exp(v[i]) : v[i];
+        }
+        s = warp_sum(s);
+        A ls = log(s);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
             i64 j = lane + 32 * i;
-            if (j < r) yr[j] = down<T>(softmax_out(v[i], st, ls, want_log));
+            if (j < r) yr[j] = down<T>(want_log ? v[i] - ls : v[i] / s);
         }
     }
 }
@@ -154,6 +170,81 @@ __device__ void softmax_split(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 c
     }
 }
 
+// ---- v4: cluster of CLUSTER_BLOCKS blocks per row (sm_90+) ----
+#define CLUSTER_BLOCKS 8
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_HAS_CLUSTER 1
+#define KILN_CLUSTER_DIMS __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
+#else
+#define KILN_CLUSTER_DIMS
+#endif
+
+#ifdef KILN_HAS_CLUSTER
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// A value of block `rank`'s shared memory at the address `p` has in this block.
+__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+#endif
+
+// Row blockIdx.x / 8; block (cluster rank) b holds elements [b·chunk, (b+1)·chunk), V per
+// thread, chunk <= blockDim.x·V. Each block exponentiates against its own max m_b and
+// publishes (m_b, s_b); every block merges the eight pairs into (m, s) and scales its
+// exponentials by exp(m_b - m) / s. A block with no finite value publishes (-inf, 0).
+template <typename T, int V> __device__ void softmax_cluster(const T* x, T* y, i64 r, i64 chunk, int want_log) {
+#ifdef KILN_HAS_CLUSTER
+    __shared__ float pair[2];
+    const float NEG = -kiln_inf();
+    unsigned b = blockIdx.x % CLUSTER_BLOCKS;
+    i64 row = blockIdx.x / CLUSTER_BLOCKS, begin = b * chunk;
+    // 32-bit offsets from this thread's first element: fewer registers beside the V values.
+    int here = (int)(min(begin + chunk, r) - begin) - (int)threadIdx.x, stride = blockDim.x;
+    const T* xr = x + row * r + begin + threadIdx.x;
+    T* yr = y + row * r + begin + threadIdx.x;
+    float v[V];
+    float mb = NEG;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        v[i] = i * stride < here ? up<float>(xr[i * stride]) : NEG;
+        mb = nan_max(mb, v[i]);
+    }
+    mb = block_max(mb);
+    float sb = 0.f;
+    if (mb != NEG) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+            float e = exp(v[i] - mb);
+            sb += e;
+            if (!want_log) v[i] = e;
+        }
+    }
+    sb = block_sum(sb);
+    if (threadIdx.x == 0) {
+        pair[0] = mb;
+        pair[1] = sb;
+    }
+    cluster_arrive();
+    cluster_wait();
+    MaxSum<float> st{NEG, 0.f};
+    for (unsigned q = 0; q < CLUSTER_BLOCKS; ++q) st = merge(st, MaxSum<float>{cluster_load(&pair[0], q), cluster_load(&pair[1], q)});
+    // Done reading the others' shared memory; they may exit once everyone has arrived.
+    cluster_arrive();
+    float ls = log(st.s), f = mb == NEG ? 0.f : exp(mb - st.m) / st.s;
+    if (st.m == NEG || st.m != st.m) f = kiln_nan();  // an all -inf or NaN row: NaN, as PyTorch
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+        if (i * stride < here) yr[i * stride] = down<T>(want_log ? v[i] - st.m - ls : v[i] * f);
+    cluster_wait();
+#else
+    __trap();
+#endif
+}
+
 #define KILN_SOFTMAX(S, T) \
     extern "C" __global__ void softmax_##S(const T* x, T* y, i64 outer, i64 r, int want_log) { softmax_rows<T>(x, y, outer, r, want_log); } \
     extern "C" __global__ void softmax_warp1_##S(const T* x, T* y, i64 outer, i64 r, int lg) { softmax_warp<T, 1>(x, y, outer, r, lg); } \
@@ -163,3 +254,11 @@ __device__ void softmax_split(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 c
     extern "C" __global__ void __launch_bounds__(512, 2) softmax_split_##S(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 chunk, \
         int lg, int phase, typename Acc<T>::type* part, unsigned int* bar) { softmax_split<T>(x, y, outer, r, bpr, chunk, lg, phase, part, bar); }
 KILN_SOFTMAX(f16, kh) KILN_SOFTMAX(bf16, kbf) KILN_SOFTMAX(f32, float) KILN_SOFTMAX(f64, double)
+
+// softmax_cluster<V>_<dtype>, 512 threads; cuda/ops/reduce.rs: CLUSTER_V.
+#define KILN_SOFTMAX_CLUSTER(S, T, V)                                                                  \
+    extern "C" __global__ void __launch_bounds__(512) KILN_CLUSTER_DIMS softmax_cluster##V##_##S(       \
+        const T* x, T* y, i64 r, i64 chunk, int lg) { softmax_cluster<T, V>(x, y, r, chunk, lg); }
+#define KILN_SOFTMAX_CLUSTERS(S, T) \
+    KILN_SOFTMAX_CLUSTER(S, T, 8) KILN_SOFTMAX_CLUSTER(S, T, 16) KILN_SOFTMAX_CLUSTER(S, T, 32)
+KILN_SOFTMAX_CLUSTERS(f16, kh) KILN_SOFTMAX_CLUSTERS(bf16, kbf) KILN_SOFTMAX_CLUSTERS(f32, float)

@@ -61,3 +61,48 @@ pub fn bincount(
     }
     Ok(out)
 }
+
+/// `(min, max)` of `n` int64 values, as a 2-element buffer of order keys (`u64`): max key
+/// first, then the max of the complemented keys (`value_range_i64` in `bincount.cu`;
+/// [`decode_range`] turns them back). One launch over the whole GPU, no host sync.
+pub fn value_range_i64(x: &DeviceBuffer, n: usize) -> Result<DeviceBuffer> {
+    let dev = dev_of(x)?;
+    let out = dev.alloc(16)?;
+    // SAFETY: `out` was just allocated with 16 bytes on this stream.
+    unsafe { dev.memset_d8(out.ptr(), 0, 16)? };
+    if n == 0 {
+        return Ok(out);
+    }
+    let f = dev.function(&BINCOUNT, "value_range_i64")?;
+    let (xp, op_, n64) = (x.ptr(), out.ptr(), n as i64);
+    // SAFETY: reads n int64 values at `xp`, updates the two u64 at `op_`.
+    unsafe {
+        launch!(dev.stream(), f, cfg(n.div_ceil(512 * 8).clamp(1, 4 * coop_blocks(&dev)), 512); xp, op_, n64)?
+    };
+    Ok(out)
+}
+
+/// `(min, max)` from the two keys `value_range_i64` wrote.
+pub fn decode_range(keys: [u64; 2]) -> (i64, i64) {
+    const SIGN: u64 = 1 << 63;
+    ((!keys[1] ^ SIGN) as i64, (keys[0] ^ SIGN) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_range;
+
+    /// The kernel's keys, computed on the host: max of `v ^ 2^63`, max of its complement.
+    fn keys(xs: &[i64]) -> [u64; 2] {
+        let key = |v: i64| (v as u64) ^ (1 << 63);
+        [xs.iter().map(|&v| key(v)).max().unwrap(), xs.iter().map(|&v| !key(v)).max().unwrap()]
+    }
+
+    #[test]
+    fn range_keys_round_trip() {
+        for xs in [vec![0i64], vec![5, -3, 7, 2], vec![i64::MIN, i64::MAX], vec![-1, -9], vec![42, 42]] {
+            let want = (*xs.iter().min().unwrap(), *xs.iter().max().unwrap());
+            assert_eq!(decode_range(keys(&xs)), want, "{xs:?}");
+        }
+    }
+}

@@ -23,7 +23,7 @@ mod topk;
 
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
-pub use histogram::bincount;
+pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::{gather, index_select, put, take};
 pub use loss::mse_loss;
 pub use matmul::matmul;

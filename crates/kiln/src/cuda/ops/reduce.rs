@@ -97,24 +97,39 @@ pub enum SoftmaxPath {
     Warp,
     /// v3: rows in chunks of a block each, merged (one block per row for medium rows).
     Split,
+    /// v4: a row over a cluster of 8 blocks, in registers (sm_90+, f32/f16/bf16, rows of
+    /// at most `CLUSTER_ROW_MAX`).
+    Cluster,
 }
 
 static SOFTMAX_PATH: AtomicU8 = AtomicU8::new(0);
 
 /// Forces a softmax path (`None`: chosen by shape), process-wide, for tests and benchmarks.
-/// A forced `Warp` still takes `Split` for rows longer than 1024.
+/// A forced `Warp` still takes `Split` for rows longer than 1024, a forced `Cluster` where
+/// it does not apply.
 pub fn set_softmax_path(path: Option<SoftmaxPath>) {
     let code = match path {
         None => 0,
         Some(SoftmaxPath::Rows) => 1,
         Some(SoftmaxPath::Warp) => 2,
         Some(SoftmaxPath::Split) => 3,
+        Some(SoftmaxPath::Cluster) => 4,
     };
     SOFTMAX_PATH.store(code, Ordering::Relaxed);
 }
 
 /// Rows up to this long take the warp kernel.
 const WARP_ROW_MAX: usize = 1024;
+/// Blocks per cluster (`CLUSTER_BLOCKS`), threads and values per thread of
+/// `softmax_cluster<V>`: rows up to 8·512·32 elements.
+const CLUSTER_BLOCKS: usize = 8;
+const CLUSTER_THREADS: u32 = 512;
+const CLUSTER_V: [usize; 3] = [8, 16, 32];
+const CLUSTER_ROW_MAX: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 32;
+/// By shape, the cluster kernel serves rows longer than this, when at most
+/// `CLUSTER_OUTER_MAX` of them (beyond, the rows alone fill the GPU).
+const CLUSTER_ROW_MIN: usize = 4096;
+const CLUSTER_OUTER_MAX: usize = 32;
 /// Threads and values per thread of `softmax_split` (`SPLIT_V`): its tile.
 const SPLIT_THREADS: u32 = 512;
 const SPLIT_TILE: usize = SPLIT_THREADS as usize * 4;
@@ -180,10 +195,10 @@ pub fn var_mean(
     let part = dev.alloc(if bpr > 1 { outer * bpr * 2 * acc_size(dt) } else { 0 })?;
     let words = if bpr > 1 { sync_words(&dev)? } else { None };
     // One launch (phase 2): one chunk per row, or the last block merges via the counter
-    // word. Else phase 0 writes chunk states and phase 1 merges them, a block per row.
+    // word. Else phase 0 writes chunk states and phase 1 merges them, a warp per row.
     let launches: &[(i32, usize)] = match (bpr, words) {
         (1, _) | (_, Some(_)) => &[(2, outer * bpr)],
-        _ => &[(0, outer * bpr), (1, outer)],
+        _ => &[(0, outer * bpr), (1, outer.div_ceil(VM_THREADS as usize / 32))],
     };
     let counter = words.map_or(0, |w| w + 4);
     let (xp, vp, mp, pp) = (x.ptr(), v.ptr(), m.ptr(), part.ptr());
@@ -198,11 +213,14 @@ pub fn var_mean(
     Ok((v, m))
 }
 
-/// The path for `outer` rows of `r`: forced, or by shape.
-fn softmax_path(r: usize) -> SoftmaxPath {
+/// The path for `outer` rows of `r` of `dt`: forced, or by shape.
+fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> SoftmaxPath {
+    let cluster_ok = dev.props().cc_major >= 9 && dt != DType::F64 && r <= CLUSTER_ROW_MAX;
     match SOFTMAX_PATH.load(Ordering::Relaxed) {
         1 => SoftmaxPath::Rows,
         0 | 2 if r <= WARP_ROW_MAX => SoftmaxPath::Warp,
+        0 if cluster_ok && r > CLUSTER_ROW_MIN && outer <= CLUSTER_OUTER_MAX => SoftmaxPath::Cluster,
+        4 if cluster_ok => SoftmaxPath::Cluster,
         _ => SoftmaxPath::Split,
     }
 }
@@ -215,7 +233,7 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
     }
     let sfx = suffix("softmax", dt)?;
     let (xp, op_, outer64, r64, lg) = (x.ptr(), o.ptr(), outer as i64, r as i64, log as i32);
-    match softmax_path(r) {
+    match softmax_path(&dev, dt, outer, r) {
         SoftmaxPath::Rows => {
             let f = dev.function(&SOFTMAX, &format!("softmax_{sfx}"))?;
             // SAFETY: reads and writes outer·r contiguous elements.
@@ -228,6 +246,18 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             // SAFETY: reads and writes outer·r contiguous elements, r <= 32·v.
             unsafe {
                 launch!(dev.stream(), f, cfg(outer.div_ceil(8).min(1 << 20), 256); xp, op_, outer64, r64, lg)?
+            };
+        }
+        SoftmaxPath::Cluster => {
+            let chunk = r.div_ceil(CLUSTER_BLOCKS).next_multiple_of(32);
+            let v = CLUSTER_V.into_iter().find(|v| v * CLUSTER_THREADS as usize >= chunk).unwrap_or(32);
+            let f = dev.function(&SOFTMAX, &format!("softmax_cluster{v}_{sfx}"))?;
+            let chunk64 = chunk as i64;
+            // SAFETY: reads and writes outer·r contiguous elements; the kernel's compile-time
+            // cluster is CLUSTER_BLOCKS blocks, the grid a multiple of it (a cluster per row),
+            // and chunk <= CLUSTER_THREADS·v.
+            unsafe {
+                launch!(dev.stream(), f, cfg(outer * CLUSTER_BLOCKS, CLUSTER_THREADS); xp, op_, r64, chunk64, lg)?
             };
         }
         SoftmaxPath::Split => {

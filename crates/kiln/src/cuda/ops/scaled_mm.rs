@@ -116,6 +116,21 @@ pub fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
     lt_scaled_mm(&dev, &p, &a, &w, m, n, k)
 }
 
+/// Warps per block of `fp8_gemv` (`FP8_GEMV_WARPS`).
+const GEMV_WARPS: usize = 8;
+
+/// Bytes of a weight row one warp of `fp8_gemv` covers per step: 64·U, U = 8 / nt.
+fn gemv_step(nt: usize) -> usize {
+    64 * 8 / nt
+}
+
+/// Warps splitting each row group's K in `fp8_gemv` (a power of two dividing 8): as many
+/// as have a whole step of the row each, so short rows hand their warps to more rows.
+fn gemv_k_warps(k: usize, nt: usize) -> usize {
+    let steps = (k / gemv_step(nt)).clamp(1, GEMV_WARPS);
+    1 << steps.ilog2()
+}
+
 fn gemv(
     dev: &CudaDevice,
     p: &ScaledMm<'_>,
@@ -130,6 +145,7 @@ fn gemv(
     }
     let out = dev.alloc(m * n * p.out.size())?;
     let nt = if m > 8 { 2 } else { 1 };
+    let kw = gemv_k_warps(k, nt);
     let name = format!("fp8_gemv_{}_{}_{}_{nt}", fp8_name(p.a.2), fp8_name(p.b.2), out_name(p.out));
     let f = dev.function(&SCALED_MM, &name)?;
     let rowwise = (p.recipe == Recipe::RowWise) as i32;
@@ -145,15 +161,18 @@ fn gemv(
         let op_ = o + (m0 * n * p.out.size()) as u64;
         let (ni, ki) = (n as i32, k as i32);
         let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(8 * nt) as u32, 1, 1),
-            block_dim: (128, 1, 1),
+            grid_dim: (n.div_ceil(8 * nt * (GEMV_WARPS / kw)) as u32, 1, 1),
+            block_dim: (32 * GEMV_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let kw32 = kw as i32;
         // SAFETY: the kernel reads mc rows of k bytes at `ap` (stride lda) and n rows at
         // w.ptr (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
         // at `sb`, n bias values when `bias` is non-null; it writes mc·n values of `out`
         // from `op_`, inside the buffer allocated above.
-        unsafe { launch!(stream, f, cfg; ap, lda, w.ptr, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki)? };
+        unsafe {
+            launch!(stream, f, cfg; ap, lda, w.ptr, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki, kw32)?
+        };
     }
     Ok(out)
 }
