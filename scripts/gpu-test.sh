@@ -7,7 +7,7 @@
 #   bench:    `kiln bench` (the default set: every suite, PyTorch peers in the same call)
 #             with charts, and decode for every preset; JSON in results/
 #   sanitize: compute-sanitizer memcheck over the gpu_* binaries, racecheck on reductions
-#   profile:  ncu over the reductions suite's small-row kernels
+#   profile:  ncu over the reductions suite's small-row kernels and the fp8 decode kernel
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
 set -uo pipefail
@@ -49,15 +49,20 @@ bench() {
 }
 profile() {
   # Nsight Compute on the small-row kernels that sit far above their floor (clocks untouched).
-  run ncu_reductions 240 ncu --clock-control none -k "regex:router_topk|softmax_split|var_mean|topk_stage" -c 6 \
+  run ncu_reductions 240 ncu --clock-control none -k "regex:router_topk|softmax_cluster|var_mean|topk_stage" -c 8 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     .gpu/kiln bench --suite reductions --peer none
+  run ncu_fp8 240 ncu --clock-control none -k "regex:fp8_gemv" -c 4 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    .gpu/kiln bench --suite fp8 --peer none
 }
 sanitize() {
   for t in .gpu/tests/gpu_*; do
     run "memcheck_$(basename "$t")" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
   done
-  run racecheck_reductions 150 compute-sanitizer --tool racecheck --error-exitcode 9 .gpu/tests/gpu_reductions
+  # Racecheck is slow (the whole binary ran past 150 s): the cases with shared-memory merges.
+  run racecheck_reductions 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    .gpu/tests/gpu_reductions softmax_special var_mean
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader > "$LOG/gpu.txt"
 modes=("$@"); [ ${#modes[@]} -eq 0 ] && modes=(tests bench)
