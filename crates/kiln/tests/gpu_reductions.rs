@@ -318,8 +318,18 @@ fn topk(cx: &mut Ctx) -> R {
 }
 
 fn router(cx: &mut Ctx) -> R {
-    let cases: [(&[usize], usize); 6] =
-        [(&[1, 128], 8), (&[1, 256], 8), (&[4, 128], 8), (&[16, 384], 8), (&[3, 2048], 64), (&[2, 5, 60], 1)];
+    // Warp kernel (r <= 256, k <= 32): the first four and the last two; block kernel: the rest.
+    let cases: [(&[usize], usize); 9] = [
+        (&[1, 128], 8),
+        (&[1, 256], 8),
+        (&[4, 128], 8),
+        (&[9, 200], 8),
+        (&[16, 384], 8),
+        (&[3, 2048], 64),
+        (&[2, 256], 33),
+        (&[3, 64], 32),
+        (&[2, 5, 60], 1),
+    ];
     for dt in [DType::F32, DType::BF16] {
         for (shape, k) in cases {
             let r = *shape.last().unwrap_or(&1);

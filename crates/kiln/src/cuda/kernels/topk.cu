@@ -14,6 +14,9 @@
 // router_topk: one block per row of at most ROUTER_MAX experts, one launch: softmax (or
 // sigmoid) scores in shared memory, selection by score (+ bias), the same ranking, then
 // the k weights (unbiased scores), optionally divided by their sum + eps.
+// router_topk_warp: the same for rows of at most 32·RV experts and k <= 32, a warp per row:
+// scores stay in registers and the k picks are k rounds of a warp-wide max of the keys, with
+// no shared memory and no block barrier (decode routes one token: this is its latency).
 
 #define TOPK_CHUNK 1024
 #define TOPK_MAX_K 64
@@ -83,6 +86,11 @@ __device__ void topk_stage(const T* x, const u64* cand, i64 outer, i64 n, i64 r,
     }
 }
 
+// Router score of logit v: sigmoid, or softmax against the row's max m and sum s.
+template <typename A> __device__ __forceinline__ float router_score(A v, A m, A s, int sigmoid) {
+    return (float)(sigmoid ? (A)1 / ((A)1 + exp(-v)) : exp(v - m) / s);
+}
+
 // `bias` (f32, r) or null; `norm_eps` < 0: no renormalisation.
 template <typename T>
 __device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_out, i64 outer, i64 r, int k,
@@ -107,7 +115,7 @@ __device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_
         }
         for (i64 j = threadIdx.x; j < r; j += blockDim.x) {
             A v = up<A>(xr[j]);
-            float p = (float)(sigmoid ? (A)1 / ((A)1 + exp(-v)) : exp(v - m) / s);
+            float p = router_score(v, m, s, sigmoid);
             score[j] = p;
             key[j] = pack(key32(bias ? p + bias[j] : p, 1), j);
         }
@@ -127,6 +135,69 @@ __device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_
     }
 }
 
+template <typename T, int RV>
+__device__ __forceinline__ void router_warp_row(const T* xr, const float* bias, float* w_out, i64* i_out, i64 r, int k,
+                                                int sigmoid, float norm_eps) {
+    typedef typename Acc<T>::type A;
+    int lane = threadIdx.x & 31;
+    A v[RV];
+    A m = (A)-kiln_inf(), s = 0;
+#pragma unroll
+    for (int i = 0; i < RV; ++i) {
+        int j = lane + 32 * i;
+        v[i] = j < r ? up<A>(xr[j]) : (A)-kiln_inf();
+        m = (v[i] != v[i] || v[i] > m) ? v[i] : m;
+    }
+    if (sigmoid) {
+        m = 0;
+        s = 1;
+    } else {
+        m = warp_max(m);
+#pragma unroll
+        for (int i = 0; i < RV; ++i)
+            if (lane + 32 * i < r) s += exp(v[i] - m);
+        s = warp_sum(s);
+    }
+    u64 key[RV];
+#pragma unroll
+    for (int i = 0; i < RV; ++i) {
+        int j = lane + 32 * i;
+        float p = router_score(v[i], m, s, sigmoid);
+        key[i] = j < r ? pack(key32(bias ? p + bias[j] : p, 1), j) : 0;
+    }
+    // Round t: the warp's largest remaining key goes to lane t (keys are distinct: they
+    // hold the index).
+    u64 mine = 0;
+    for (int t = 0; t < k; ++t) {
+        u64 top = 0;
+#pragma unroll
+        for (int i = 0; i < RV; ++i) top = key[i] > top ? key[i] : top;
+        for (int o = 16; o > 0; o >>= 1) {
+            u64 other = __shfl_xor_sync(0xffffffffu, top, o);
+            top = other > top ? other : top;
+        }
+        if (lane == t) mine = top;
+#pragma unroll
+        for (int i = 0; i < RV; ++i) key[i] = key[i] == top ? 0 : key[i];
+    }
+    i64 j = unpack_index(mine);
+    float p = lane < k ? router_score(up<A>(xr[j]), m, s, sigmoid) : 0.f;
+    float total = warp_sum(p);
+    if (lane < k) {
+        w_out[lane] = norm_eps >= 0 ? p / (total + norm_eps) : p;
+        i_out[lane] = j;
+    }
+}
+
+template <typename T, int RV>
+__device__ void router_topk_warp(const T* x, const float* bias, float* w_out, i64* i_out, i64 outer, i64 r, int k,
+                                 int sigmoid, float norm_eps) {
+    i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+    // Whole warps iterate together: the shuffles below see all 32 lanes.
+    for (i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < outer; row += warps)
+        router_warp_row<T, RV>(x + row * r, bias, w_out + row * k, i_out + row * k, r, k, sigmoid, norm_eps);
+}
+
 #define KILN_TOPK(S, T) \
     extern "C" __global__ void topk_stage_##S(const T* x, const u64* cand, i64 outer, i64 n, i64 r, int k, int largest, \
         i64 chunks, u64* dst, T* vals, i64* idxs) { topk_stage<T>(x, cand, outer, n, r, k, largest, chunks, dst, vals, idxs); }
@@ -138,3 +209,10 @@ KILN_TOPK(f16, kh) KILN_TOPK(bf16, kbf) KILN_TOPK(f32, float)
     extern "C" __global__ void router_topk_##S(const T* x, const float* bias, float* w, i64* i, i64 outer, i64 r, int k, \
         int sigmoid, float norm_eps) { router_topk<T>(x, bias, w, i, outer, r, k, sigmoid, norm_eps); }
 KILN_ROUTER(f16, kh) KILN_ROUTER(bf16, kbf) KILN_ROUTER(f32, float) KILN_ROUTER(f64, double)
+
+// router_topk_warp<RV>_<dtype>; cuda/ops/topk.rs: ROUTER_WARP_RV.
+#define KILN_ROUTER_WARP(S, T, RV) \
+    extern "C" __global__ void router_topk_warp##RV##_##S(const T* x, const float* bias, float* w, i64* i, i64 outer, \
+        i64 r, int k, int sigmoid, float norm_eps) { router_topk_warp<T, RV>(x, bias, w, i, outer, r, k, sigmoid, norm_eps); }
+#define KILN_ROUTER_WARPS(S, T) KILN_ROUTER_WARP(S, T, 2) KILN_ROUTER_WARP(S, T, 4) KILN_ROUTER_WARP(S, T, 8)
+KILN_ROUTER_WARPS(f16, kh) KILN_ROUTER_WARPS(bf16, kbf) KILN_ROUTER_WARPS(f32, float) KILN_ROUTER_WARPS(f64, double)

@@ -67,6 +67,9 @@ pub fn topk(
     }
 }
 
+/// Values per lane of `router_topk_warp<RV>`: rows of up to 64, 128, 256 experts.
+const ROUTER_WARP_RV: [usize; 3] = [2, 4, 8];
+
 /// Router scores and top-k of `outer` rows of `r` logits: (f32 weights, int64 experts),
 /// `k` each. `sigmoid` false: softmax scores; true: sigmoid scores chosen by score + `bias`
 /// (f32, r) when given. `norm_eps`: divide the k weights by their sum + eps.
@@ -93,16 +96,25 @@ pub fn router_topk(
     if outer * k == 0 {
         return Ok((w, i));
     }
-    let f = dev.function(&TOPK, &format!("router_topk_{}", suffix("router_topk", dt)?))?;
+    let sfx = suffix("router_topk", dt)?;
+    // A warp per row where the row fits its registers and the k picks its lanes (decode's
+    // routers), else a block per row.
+    let warp_rv = ROUTER_WARP_RV.into_iter().find(|v| 32 * v >= r).filter(|_| k <= 32);
+    let (name, launch_cfg) = match warp_rv {
+        Some(rv) => (format!("router_topk_warp{rv}_{sfx}"), cfg(outer.div_ceil(4).min(1 << 20), 128)),
+        None => (
+            format!("router_topk_{sfx}"),
+            cfg(outer.min(1 << 20), r.next_multiple_of(32).clamp(32, 1024) as u32),
+        ),
+    };
+    let f = dev.function(&TOPK, &name)?;
     let (xp, bp, wp, ip) = (x.ptr(), bias.map_or(0, |b| b.ptr()), w.ptr(), i.ptr());
     let (outer64, r64, k32, sg) = (outer as i64, r as i64, k as i32, sigmoid as i32);
     let eps = norm_eps.map_or(-1.0f32, |e| e as f32);
-    let threads = r.next_multiple_of(32).clamp(32, 1024) as u32;
     // SAFETY: reads outer·r logits (and r f32 biases when `bp` is set); writes outer·k
-    // f32 weights and int64 indices; r <= ROUTER_MAX and k <= TOPK_MAX_K fit the block's
-    // shared arrays.
-    unsafe {
-        launch!(dev.stream(), f, cfg(outer.min(1 << 20), threads); xp, bp, wp, ip, outer64, r64, k32, sg, eps)?
-    };
+    // f32 weights and int64 indices. Block kernel: r <= ROUTER_MAX and k <= TOPK_MAX_K fit
+    // its shared arrays; warp kernel: r <= 32·rv values per lane, k <= 32 lanes, and the
+    // grid's 4 warps per block cover the outer rows.
+    unsafe { launch!(dev.stream(), f, launch_cfg; xp, bp, wp, ip, outer64, r64, k32, sg, eps)? };
     Ok((w, i))
 }
