@@ -48,11 +48,14 @@ bench() {
   run decode_all 300 .gpu/kiln bench --suite decode --preset all --json "$RES/decode-all.json"
 }
 profile() {
-  # Nsight Compute on the small-row kernels that sit far above their floor (clocks untouched).
-  run ncu_reductions 240 ncu --clock-control none -k "regex:router_topk|softmax_cluster|var_mean|topk_stage" -c 8 \
-    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-    .gpu/kiln bench --suite reductions --peer none
-  run ncu_fp8 240 ncu --clock-control none -k "regex:fp8_gemv" -c 4 \
+  # Nsight Compute (clocks untouched) on the kernels that sit far above their floor, one
+  # kernel name per pass so that the first launches of one do not use up the count.
+  for k in softmax_cluster var_mean topk_stage router_topk; do
+    run "ncu_$k" 120 ncu --clock-control none -k "regex:$k" -c 3 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      .gpu/kiln bench --suite reductions --peer none
+  done
+  run ncu_fp8_gemv 240 ncu --clock-control none -k "regex:fp8_gemv" -c 4 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     .gpu/kiln bench --suite fp8 --peer none
 }
