@@ -28,10 +28,11 @@ template <typename A, typename B> struct Mma;
 KILN_MMA(e4m3, e4m3) KILN_MMA(e4m3, e5m2) KILN_MMA(e5m2, e4m3)
 #endif
 
-// 16 bytes of the weight, read once: no L1 allocation.
+// 16 bytes of the weight, read once: no L1 allocation; L2 fetches 256 bytes, as a warp
+// reads each row 64 bytes per load and the rest of the 256 follows in the next loads.
 __device__ __forceinline__ u32x4 ld_stream(const unsigned char* p) {
     u32x4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
@@ -49,7 +50,7 @@ __device__ __forceinline__ float out_scale(const float* sa, const float* sb, int
 }
 
 // ---- fp8_gemv: out[M, N] = (a[M, K] · w[N, K]ᵀ) · scales + bias, for M <= 16 ----
-// A block of 8 warps holds 8/KW row groups of NT·8 weight rows; the KW warps of a group
+// A block of 4 warps holds 4/KW row groups of NT·8 weight rows; the KW warps of a group
 // split K (interleaved 64·U-byte chunks; KW is chosen per shape so that short rows still
 // keep every warp busy), each lane loading 16 contiguous bytes of a weight row per step,
 // U·NT loads in flight. The mma's k order is a permutation of memory order, the same for A
@@ -58,7 +59,7 @@ __device__ __forceinline__ float out_scale(const float* sa, const float* sb, int
 // come from lanes' g = m, rows 8..15 from the second A register pair. A group's partial
 // sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
-#define FP8_GEMV_WARPS 8
+#define FP8_GEMV_WARPS 4
 
 template <typename AT, typename BT, typename O, int NT, int U>
 __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa,

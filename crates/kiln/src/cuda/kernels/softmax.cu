@@ -215,13 +215,12 @@ template <typename T, int V> __device__ void softmax_cluster(const T* x, T* y, i
     }
     mb = block_max(mb);
     float sb = 0.f;
-    if (mb != NEG) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) {
-            float e = exp(v[i] - mb);
-            sb += e;
-            if (!want_log) v[i] = e;
-        }
+    for (int i = 0; i < V; ++i) {
+        // A block with no finite value holds exact zeros (exp(-inf - m) for any finite m).
+        float e = mb == NEG ? 0.f : exp(v[i] - mb);
+        sb += e;
+        if (!want_log) v[i] = e;
     }
     sb = block_sum(sb);
     if (threadIdx.x == 0) {

@@ -126,10 +126,13 @@ const CLUSTER_BLOCKS: usize = 8;
 const CLUSTER_THREADS: u32 = 512;
 const CLUSTER_V: [usize; 3] = [8, 16, 32];
 const CLUSTER_ROW_MAX: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 32;
-/// By shape, the cluster kernel serves rows longer than this, when at most
-/// `CLUSTER_OUTER_MAX` of them (beyond, the rows alone fill the GPU).
-const CLUSTER_ROW_MIN: usize = 4096;
-const CLUSTER_OUTER_MAX: usize = 32;
+/// By shape (H200, 2026-12-03: bench/results), the cluster kernel serves `outer` rows of `r`
+/// when 4096 < r and outer <= 32, and either r <= 32768 (one row: 5.3 µs vs split's 6.2 at
+/// 32000) or outer >= 16 (32 x 128256: 19.5 vs 22.9 µs). A lone row of 128256 is faster
+/// split over many SMs (6.4 vs 8.7 µs): eight SMs cannot keep enough loads in flight.
+fn cluster_wins(outer: usize, r: usize) -> bool {
+    r > 4096 && outer <= 32 && (r <= 32768 || outer >= 16)
+}
 /// Threads and values per thread of `softmax_split` (`SPLIT_V`): its tile.
 const SPLIT_THREADS: u32 = 512;
 const SPLIT_TILE: usize = SPLIT_THREADS as usize * 4;
@@ -219,7 +222,7 @@ fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> SoftmaxP
     match SOFTMAX_PATH.load(Ordering::Relaxed) {
         1 => SoftmaxPath::Rows,
         0 | 2 if r <= WARP_ROW_MAX => SoftmaxPath::Warp,
-        0 if cluster_ok && r > CLUSTER_ROW_MIN && outer <= CLUSTER_OUTER_MAX => SoftmaxPath::Cluster,
+        0 if cluster_ok && cluster_wins(outer, r) => SoftmaxPath::Cluster,
         4 if cluster_ok => SoftmaxPath::Cluster,
         _ => SoftmaxPath::Split,
     }
