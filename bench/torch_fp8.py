@@ -1,21 +1,13 @@
-#!/usr/bin/env python3
-"""PyTorch peer of `kiln bench --suite fp8`: torch._scaled_mm on the same shapes, recipes,
-weight rotation and timing method (20 calls captured in one CUDA graph, replayed; median of
-CUDA-event timings / 20). The kiln suite passes its shapes on stdin,
+"""PyTorch peer of `kiln bench --suite fp8` (run by `torch_peer.py --suite fp8`):
+torch._scaled_mm on the same shapes, recipes, weight rotation and timing method (20 calls
+captured in one CUDA graph, replayed; median of CUDA-event timings / 20). `run` takes the
+spec the kiln suite passes on stdin,
     {"shapes": [[M, N, K], ...], "gemv_max_m": 16}
-and reads the one JSON object printed on stdout. With --kiln FILE (the kiln suite's --json
-output) it adds kiln's figures and the ratio torch_us / kiln_us, and prints a table on
-stderr.
-
-    kiln bench --suite fp8 --peer none --json kiln_fp8.json
-    echo '{"shapes": [[1, 4096, 4096]], "gemv_max_m": 16}' |
-        python3 bench/torch_fp8.py --kiln kiln_fp8.json --json torch_fp8.json
+and returns {"suite": "fp8", ..., "op_latency": [...]}; kiln adds its own figures and the
+ratio torch_us / kiln_us.
 """
-import argparse
-import json
 import math
 import statistics
-import sys
 
 import torch
 from torch_timing import graph_samples_us
@@ -60,12 +52,7 @@ def case(m, n, k, rowwise, gemv_max_m):
     }
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kiln", help="kiln bench --suite fp8 --json output")
-    ap.add_argument("--json", help="write the result here too")
-    args = ap.parse_args()
-    spec = json.load(sys.stdin)
+def run(spec):
     results = []
     for m, n, k in spec["shapes"]:
         for rowwise in (False, True):
@@ -73,27 +60,8 @@ def main():
                 results.append(case(m, n, k, rowwise, spec["gemv_max_m"]))
             except RuntimeError as e:  # e.g. a recipe this torch build lacks
                 results.append({"name": name(m, n, k, "rowwise" if rowwise else "tensorwise"), "error": str(e)})
-    out = {
+    return {
         "suite": "fp8", "peer": "torch._scaled_mm", "torch": torch.__version__,
         "device": torch.cuda.get_device_name(), "method": "CUDA graph of 20 calls replayed; median / 20",
         "op_latency": results,
     }
-    if args.kiln:
-        kiln = {r["name"]: r for r in json.load(open(args.kiln))["op_latency"]}
-        print(f"{'workload':<40} {'torch µs':>9} {'kiln µs':>9} {'floor µs':>9} {'torch/kiln':>10}", file=sys.stderr)
-        for r in results:
-            kr = kiln.get(r["name"])
-            if kr is None or "us" not in r:
-                continue
-            r["kiln_us"] = kr["us"]
-            r["torch_over_kiln"] = r["us"] / kr["us"]
-            print(f"{r['name']:<40} {r['us']:>9.2f} {kr['us']:>9.2f} {r['floor_us']:>9.2f} {r['torch_over_kiln']:>9.2f}x",
-                  file=sys.stderr)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.json:
-        open(args.json, "w").write(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,19 +1,15 @@
-#!/usr/bin/env python3
-"""PyTorch peer of `kiln bench --suite linear`: F.linear over the shapes given as JSON on
-stdin, timed exactly as the kiln suite times them, printing one JSON object.
+"""PyTorch peer of `kiln bench --suite linear` (run by `torch_peer.py --suite linear`):
+F.linear over the shapes given as JSON on stdin, timed exactly as the kiln suite times them.
 
-Input (written by crates/kiln-bench/src/linear.rs):
+Input, `run`'s spec (written by crates/kiln-bench/src/linear.rs):
   {"rows": 1, "dtype": "bfloat16", "reps": 20,
    "shapes": [{"name": "...", "n": N, "k": K, "bias": true, "copies": C, "calls": S}, ...]}
 Method per shape: C copies of weight [N, K] (and bias [N]) so that the working set exceeds
 the 50 MB L2; one CUDA graph captures S calls F.linear(x, w[i % C], b[i % C]); after one
 warm-up replay, `reps` replays are each timed with CUDA events; the figure is the median
 replay time / S.
-Output: {"torch": version, "device": name, "results": [{"name", "us", "min_us"}, ...]}.
+Output, `run`'s result: {"torch": version, "device": name, "results": [{"name", "us", "min_us"}, ...]}.
 """
-
-import json
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -32,21 +28,16 @@ def time_shape(spec, rows, dtype, reps):
     return samples[len(samples) // 2], samples[0]
 
 
-def main():
-    spec = json.load(sys.stdin)
+def run(spec):
     dtype = getattr(torch, spec.get("dtype", "bfloat16"))
     rows, reps = spec.get("rows", 1), spec.get("reps", 20)
     results = []
     for s in spec["shapes"]:
         us, min_us = time_shape(s, rows, dtype, reps)
         results.append({"name": s["name"], "us": us, "min_us": min_us})
-    print(json.dumps({
+    return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "device": torch.cuda.get_device_name(0),
         "results": results,
-    }))
-
-
-if __name__ == "__main__":
-    main()
+    }

@@ -1,10 +1,8 @@
-#!/usr/bin/env python3
-"""PyTorch peer of `kiln bench --suite reductions`: the same workloads under the same names,
-timed the same way (20 calls captured in one CUDA graph, median of 50 replays with CUDA
-events, divided by 20; bincount, which reads the max back to the host, eagerly per call).
-Prints one JSON object: {"torch": version, "device": name, "results": {name: µs}}."""
-import json
-
+"""PyTorch peer of `kiln bench --suite reductions` (run by `torch_peer.py --suite
+reductions`): the same workloads under the same names, timed the same way (20 calls
+captured in one CUDA graph, median of 50 replays with CUDA events, divided by 20; bincount,
+which reads the max back to the host, eagerly per call). `run` takes no spec (the workloads
+are fixed here) and returns {"torch": version, "device": name, "results": {name: µs}}."""
 import torch
 import torch.nn.functional as F
 from torch_timing import graph_samples_us
@@ -32,7 +30,7 @@ def eager_us(fn):
     return sorted(times)[len(times) // 2]
 
 
-def main():
+def run(spec=None):
     dev = "cuda"
     res = {}
     for outer, r in [(1, 32000), (1, 128256), (1, 151936), (1, 262144), (32, 128256), (4096, 1024), (64, 8192)]:
@@ -74,8 +72,4 @@ def main():
         res[f"router_softmax_top8_1x{r}"] = graph_us(lambda: softmax_top8(False))
         res[f"router_softmax_top8_norm_1x{r}"] = graph_us(lambda: softmax_top8(True))
         res[f"router_sigmoid_bias_top8_1x{r}"] = graph_us(sigmoid_bias_top8)
-    print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": res}))
-
-
-if __name__ == "__main__":
-    main()
+    return {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "results": res}

@@ -3,6 +3,11 @@
 //! timed one token at a time, greedy, at context 512 and 4096, plus memory at the three
 //! levels (live tensors, allocator pool, driver-reported use).
 //!
+//! `--preset NAME-fp8` (or `--quantize fp8`, which appends the suffix) builds the same
+//! model with FP8 linear weights (attention, MLP and expert projections quantised per
+//! output channel as they are made; embedding, LM head, norms and router stay bf16), so
+//! its tokens/s and weight memory compare with the bf16 run's.
+//!
 //! Each step is what `kiln generate` does per token: forward one token over the KV
 //! cache, LM head, on-device argmax, 8-byte read of the token (which syncs, so wall time
 //! per step is device time plus launch gaps). Eager, not graph-replayed.
@@ -12,7 +17,7 @@ use kiln::{DType, Device, Result, Tensor};
 use kiln_models::config::{Arch, Config, MoeConfig, RopeScaling};
 use kiln_models::kv_cache::KvCache;
 use kiln_models::sampling::{Sampler, SamplingParams};
-use kiln_models::Model;
+use kiln_models::{Model, Quantize};
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -87,22 +92,50 @@ pub fn preset(name: &str) -> Result<Config> {
     })
 }
 
-/// Bytes one decode step must read at context `ctx`: the weights it uses (the chosen
-/// experts only; one embedding row is negligible) and the cached keys and values.
-pub fn step_bytes(c: &Config, ctx: usize, elem: usize) -> f64 {
-    let (h, d) = (c.hidden_size, c.head_dim);
-    let attn = h * d * (2 * c.num_heads + 2 * c.num_kv_heads);
-    let ffn = match &c.moe {
-        Some(m) => m.num_experts * h + m.top_k * 3 * h * m.intermediate_size,
-        None => 3 * h * c.intermediate_size,
-    };
-    let kv = 2 * c.num_kv_heads * d * ctx;
-    ((c.num_layers * (attn + ffn + kv) + c.vocab_size * h) * elem) as f64
+/// `NAME` or `NAME-fp8`: the preset's config and how its linear weights are stored.
+pub fn parse_preset(name: &str) -> Result<(Config, Quantize)> {
+    match name.strip_suffix("-fp8") {
+        Some(base) => Ok((preset(base)?, Quantize::Fp8)),
+        None => Ok((preset(name)?, Quantize::None)),
+    }
 }
 
-/// Decode tokens/s of `config` on `device` at each context, `steps` timed steps each.
-pub fn run_config(config: Config, device: Device, contexts: &[usize], steps: usize) -> Result<Value> {
+/// The preset names `--preset` selects: `all` / `all-fp8` expand to every preset.
+fn preset_names(preset_name: &str) -> Vec<String> {
+    match preset_name {
+        "all" => PRESETS.iter().map(|p| p.to_string()).collect(),
+        "all-fp8" => PRESETS.iter().map(|p| format!("{p}-fp8")).collect(),
+        one => vec![one.to_string()],
+    }
+}
+
+/// Bytes one decode step must read at context `ctx`: the weights it uses (the chosen
+/// experts only; one embedding row is negligible) and the cached keys and values, with
+/// `elem` bytes per element, `linear_elem` for the attention, MLP and expert weights
+/// (1 for FP8; their per-row scales are negligible).
+pub fn step_bytes(c: &Config, ctx: usize, elem: usize, linear_elem: usize) -> f64 {
+    let (h, d) = (c.hidden_size, c.head_dim);
+    let attn = h * d * (2 * c.num_heads + 2 * c.num_kv_heads);
+    let (router, ffn) = match &c.moe {
+        Some(m) => (m.num_experts * h, m.top_k * 3 * h * m.intermediate_size),
+        None => (0, 3 * h * c.intermediate_size),
+    };
+    let kv = 2 * c.num_kv_heads * d * ctx;
+    let dense = c.num_layers * (router + kv) + c.vocab_size * h;
+    (dense * elem + c.num_layers * (attn + ffn) * linear_elem) as f64
+}
+
+/// Decode tokens/s of `config` on `device` at each context, `steps` timed steps each,
+/// with bf16 weights (or FP8 linear weights under `quantize`).
+pub fn run_config(
+    config: Config,
+    quantize: Quantize,
+    device: Device,
+    contexts: &[usize],
+    steps: usize,
+) -> Result<Value> {
     let dtype = DType::BF16;
+    let linear_elem = if quantize == Quantize::Fp8 { 1 } else { dtype.size() };
     let cuda = match device {
         Device::Cuda(i) => Some(kiln::cuda::device(i)?),
         Device::Cpu => None,
@@ -112,7 +145,7 @@ pub fn run_config(config: Config, device: Device, contexts: &[usize], steps: usi
         d.reset_peak();
     }
     let t0 = Instant::now();
-    let model = Model::random(config.clone(), device, dtype, 1)?;
+    let model = Model::random_quantized(config.clone(), device, dtype, 1, quantize)?;
     let warmup = 3;
     let capacity = contexts.iter().max().copied().unwrap_or(1) + warmup + steps;
     let mut cache = model.new_cache(1, capacity)?;
@@ -124,6 +157,13 @@ pub fn run_config(config: Config, device: Device, contexts: &[usize], steps: usi
         d.empty_cache()?;
     }
     let build_secs = t0.elapsed().as_secs_f64();
+    let w = model.weight_stats();
+    println!(
+        "  weights: {:.2} GiB (linear layers {:.2} GiB, of which fp8 {:.2} GiB)",
+        gib(w.total as u64),
+        gib(w.linear as u64),
+        gib(w.fp8 as u64)
+    );
     let mut results = vec![];
     for &ctx in contexts {
         // The cached values do not change the cost: only the length matters.
@@ -144,7 +184,7 @@ pub fn run_config(config: Config, device: Device, contexts: &[usize], steps: usi
         bar.finish_and_clear();
         ms.sort_by(f64::total_cmp);
         let tps = steps as f64 / secs;
-        let floor_tps = BANDWIDTH / step_bytes(&config, ctx, dtype.size());
+        let floor_tps = BANDWIDTH / step_bytes(&config, ctx, dtype.size(), linear_elem);
         println!(
             "  context {ctx:>5}: {tps:8.1} tokens/s  (median {:.2} ms/token; bandwidth floor {floor_tps:.0} tokens/s, {:.0}%)",
             ms[ms.len() / 2],
@@ -174,12 +214,16 @@ pub fn run_config(config: Config, device: Device, contexts: &[usize], steps: usi
         }
         _ => Value::Null,
     };
+    let linear_weights = if quantize == Quantize::Fp8 { "fp8" } else { dtype.name() };
     Ok(json!({
         "dtype": dtype.name(),
+        "linear_weights": linear_weights,
         "mode": "eager",
         "batch": 1,
         "build_secs": build_secs,
-        "weight_bytes": model.weight_bytes(),
+        "weight_bytes": w.total,
+        "linear_weight_bytes": w.linear,
+        "fp8_weight_bytes": w.fp8,
         "kv_cache_bytes": cache.nbytes(),
         "decode": results,
         "memory": memory,
@@ -197,14 +241,20 @@ fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
 
-/// `kiln bench --suite decode --preset NAME` (or `all`).
+fn describe(q: Quantize) -> &'static str {
+    match q {
+        Quantize::Fp8 => "bf16, fp8 linear weights",
+        Quantize::None => "bf16",
+    }
+}
+
+/// `kiln bench --suite decode --preset NAME` (or `all`; either with `-fp8`).
 pub fn run(preset_name: &str) -> Result<Value> {
-    let names: Vec<&str> = if preset_name == "all" { PRESETS.to_vec() } else { vec![preset_name] };
     let mut out = serde_json::Map::new();
-    for name in names {
-        let config = preset(name)?;
-        println!("decode {name} (bf16, random weights, batch 1)");
-        out.insert(name.into(), run_config(config, Device::Cuda(0), &CONTEXTS, 128)?);
+    for name in preset_names(preset_name) {
+        let (config, q) = parse_preset(&name)?;
+        println!("decode {name} ({}, random weights, batch 1)", describe(q));
+        out.insert(name, run_config(config, q, Device::Cuda(0), &CONTEXTS, 128)?);
     }
     Ok(json!({ "suite": "decode", "provenance": provenance(), "presets": out }))
 }
@@ -213,14 +263,18 @@ pub fn run(preset_name: &str) -> Result<Value> {
 /// and KV cache (context 4096), and the peaks at the three levels (live tensors, the
 /// allocator's pool, the driver) over building the model and a few decode steps.
 pub fn memory(preset_name: &str) -> Result<Value> {
-    let names: Vec<&str> = if preset_name == "all" { PRESETS.to_vec() } else { vec![preset_name] };
     let mut out = serde_json::Map::new();
-    for name in names {
-        println!("memory {name} (bf16, random weights, batch 1, context 4096)");
-        let v = run_config(preset(name)?, Device::Cuda(0), &[4096], 4)?;
+    for name in preset_names(preset_name) {
+        let (config, q) = parse_preset(&name)?;
+        println!("memory {name} ({}, random weights, batch 1, context 4096)", describe(q));
+        let v = run_config(config, q, Device::Cuda(0), &[4096], 4)?;
         out.insert(
-            name.into(),
-            json!({ "weight_bytes": v["weight_bytes"], "kv_cache_bytes": v["kv_cache_bytes"], "peaks": v["memory"] }),
+            name,
+            json!({
+                "weight_bytes": v["weight_bytes"], "linear_weight_bytes": v["linear_weight_bytes"],
+                "fp8_weight_bytes": v["fp8_weight_bytes"], "kv_cache_bytes": v["kv_cache_bytes"],
+                "peaks": v["memory"],
+            }),
         );
     }
     Ok(json!({ "suite": "memory", "provenance": provenance(), "presets": out }))
@@ -230,11 +284,11 @@ pub fn memory(preset_name: &str) -> Result<Value> {
 mod tests {
     use super::*;
 
-    /// The suite's code path on the CPU with a tiny model of each family.
+    /// The suite's code path on the CPU with a tiny model of each family, bf16 and fp8.
     #[test]
     fn tiny_models_decode_on_cpu() {
-        for name in PRESETS {
-            let mut c = preset(name).unwrap();
+        for name in PRESETS.iter().flat_map(|p| [p.to_string(), format!("{p}-fp8")]) {
+            let (mut c, q) = parse_preset(&name).unwrap();
             c.hidden_size = 32;
             c.intermediate_size = 48;
             c.num_layers = 2;
@@ -247,13 +301,22 @@ mod tests {
                 m.top_k = 2;
                 m.intermediate_size = 16;
             }
-            let v = run_config(c, Device::Cpu, &[8, 20], 2).unwrap();
+            let v = run_config(c, q, Device::Cpu, &[8, 20], 2).unwrap();
             assert_eq!(v["decode"].as_array().unwrap().len(), 2, "{name}");
             assert!(v["decode"][1]["tokens_per_s"].as_f64().unwrap() > 0.0);
+            let fp8 = v["fp8_weight_bytes"].as_u64().unwrap();
+            assert_eq!(fp8 > 0, q == Quantize::Fp8, "{name}");
+            if q == Quantize::Fp8 {
+                assert_eq!(fp8, v["linear_weight_bytes"].as_u64().unwrap(), "{name}");
+            }
         }
         assert!(preset("gpt-5").is_err());
-        // 8B dense at context 0 reads its ~16 GB of bf16 weights per token.
-        let b = step_bytes(&preset("llama-3.1-8b").unwrap(), 0, 2);
+        assert!(parse_preset("gpt-5-fp8").is_err());
+        // 8B dense at context 0 reads its ~16 GB of bf16 weights per token; FP8 ~9 GB (the
+        // embedding-sized LM head stays bf16).
+        let b = step_bytes(&preset("llama-3.1-8b").unwrap(), 0, 2, 2);
         assert!((14e9..17e9).contains(&b), "{b}");
+        let b8 = step_bytes(&preset("llama-3.1-8b").unwrap(), 0, 2, 1);
+        assert!((7.5e9..9e9).contains(&b8), "{b8}");
     }
 }

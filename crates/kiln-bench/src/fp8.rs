@@ -1,6 +1,6 @@
 //! FP8 suite (issue 8): `scaled_mm` op latency for decode and large shapes, both scale
 //! recipes, against the floor (bytes over 4.1 TB/s, or FLOPs over the FP8 tensor-core rate),
-//! timed by CUDA-graph replay as the PyTorch peer (`bench/torch_fp8.py`) times
+//! timed by CUDA-graph replay as the PyTorch peer (`bench/torch_peer.py --suite fp8`) times
 //! `torch._scaled_mm`; an FP8-weight layer stack against bf16 (memory: weight bytes; op
 //! latency: one decode pass over the stack); and the `scaled_mm` fixture adapter.
 
@@ -130,7 +130,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     }
     bar.finish_and_clear();
     let spec = json!({ "shapes": SHAPES, "gemv_max_m": kiln::cuda::ops::GEMV_MAX_M });
-    let torch = crate::peer::torch("torch_fp8.py", Some(&spec), want)?;
+    let torch = crate::peer::torch("fp8", Some(&spec), want)?;
     if let Ok(t) = &torch {
         let empty = vec![];
         for v in ops.iter_mut() {

@@ -2,7 +2,7 @@
 //! row) over the shapes of real models: µs per call by CUDA-graph replay, GB/s of
 //! weight + x + bias + out, % of the copy bandwidth measured in the same run, the GEMV
 //! variant each shape ran with, and PyTorch's F.linear for the same shapes by the same
-//! method (bench/torch_linear.py) with the PyTorch/kiln time ratio ("speedup") and geomeans.
+//! method (bench/torch_peer.py --suite linear) with the PyTorch/kiln time ratio ("speedup") and geomeans.
 //!
 //! Method (both sides): C = ceil(200 MB / weight bytes) copies (at most 2048) of weight and
 //! bias, so one pass over them overflows the 50 MB L2; one graph captures max(C, 20) calls
@@ -229,7 +229,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             "copies": r["copies"], "calls": r["calls"],
         })).collect::<Vec<_>>(),
     });
-    let torch = crate::peer::torch("torch_linear.py", Some(&input), want)?.ok();
+    let torch = crate::peer::torch("linear", Some(&input), want)?.ok();
     if let Some(t) = &torch {
         let empty = vec![];
         let peer_results = t["results"].as_array().unwrap_or(&empty);

@@ -1,5 +1,5 @@
-//! PyTorch peers: the `bench/torch_*.py` scripts run the same workloads by the same method
-//! on the same GPU, in the same call, and print one JSON object.
+//! PyTorch peers: `bench/torch_peer.py --suite NAME` runs the suite's workloads by the same
+//! method on the same GPU, in the same call, and prints one JSON object.
 
 use kiln::{Error, Result};
 use serde_json::Value;
@@ -39,10 +39,13 @@ fn script(name: &str) -> Option<PathBuf> {
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.exists())
 }
 
-fn spawn(name: &str, stdin: Option<&Value>) -> std::result::Result<Value, String> {
-    let path = script(name).ok_or_else(|| format!("bench/{name} not found"))?;
+const PEER: &str = "torch_peer.py";
+
+fn spawn(suite: &str, stdin: Option<&Value>) -> std::result::Result<Value, String> {
+    let path = script(PEER).ok_or_else(|| format!("bench/{PEER} not found"))?;
     let mut child = Command::new("python3")
         .arg(&path)
+        .args(["--suite", suite])
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -61,13 +64,14 @@ fn spawn(name: &str, stdin: Option<&Value>) -> std::result::Result<Value, String
     serde_json::from_slice(&out.stdout).map_err(|e| format!("peer output is not JSON: {e}"))
 }
 
-/// Runs `bench/<name>` (feeding it `stdin` as JSON when given) as `want` says. Returns its
-/// JSON, or `Err(why)` inside `Ok` when the peer was skipped or could not run.
-pub fn torch(name: &str, stdin: Option<&Value>, want: Want) -> Result<std::result::Result<Value, String>> {
+/// Runs `bench/torch_peer.py --suite <suite>` (feeding it `stdin` as JSON when given) as
+/// `want` says. Returns its JSON, or `Err(why)` inside `Ok` when the peer was skipped or
+/// could not run.
+pub fn torch(suite: &str, stdin: Option<&Value>, want: Want) -> Result<std::result::Result<Value, String>> {
     if want == Want::Skip {
         return Ok(Err("--peer none".into()));
     }
-    match spawn(name, stdin) {
+    match spawn(suite, stdin) {
         Ok(v) => Ok(Ok(v)),
         Err(why) if want == Want::Required => {
             Err(Error::invalid("bench", format!("torch peer failed: {why}")))
@@ -76,5 +80,21 @@ pub fn torch(name: &str, stdin: Option<&Value>, want: Want) -> Result<std::resul
             println!("torch peer skipped: {why}");
             Ok(Err(why))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peer_script_is_found_and_given_the_suite() {
+        // torch_peer.py checks --suite before it imports torch, so this runs without torch.
+        match torch("no-such-suite", None, Want::IfPresent).unwrap() {
+            Err(why) if why.starts_with("python3:") => eprintln!("no python3 here: {why}"),
+            Err(why) => assert!(why.contains("invalid choice: 'no-such-suite'"), "{why}"),
+            Ok(v) => panic!("unexpected peer output {v}"),
+        }
+        assert_eq!(torch("linear", None, Want::Skip).unwrap(), Err("--peer none".into()));
     }
 }

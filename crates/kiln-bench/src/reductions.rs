@@ -1,7 +1,7 @@
 //! `kiln bench --suite reductions`: softmax / log_softmax over vocabulary rows, std_mean,
 //! mse_loss, bincount, top-k and the fused MoE routers; µs per call by CUDA-graph replay
 //! (as the PyTorch reference figures), beside the floor (bytes over 4.13 TB/s) and
-//! PyTorch measured the same way by `bench/torch_reductions.py` in the same run.
+//! PyTorch measured the same way by `bench/torch_peer.py --suite reductions` in the same run.
 
 use crate::report::provenance;
 use crate::timing::{gpu_median_ms, graph_median_ms, Stats};
@@ -142,9 +142,10 @@ fn selections(dev: &Arc<CudaDevice>, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
-/// PyTorch's figures from `bench/torch_reductions.py` (name → µs), or why there are none.
+/// PyTorch's figures from `bench/torch_peer.py --suite reductions` (name → µs), or why there
+/// are none.
 fn torch_figures(want: crate::peer::Want) -> Result<std::result::Result<Map<String, Value>, String>> {
-    Ok(crate::peer::torch("torch_reductions.py", None, want)?.and_then(|v| {
+    Ok(crate::peer::torch("reductions", None, want)?.and_then(|v| {
         v.get("results").and_then(|r| r.as_object()).cloned().ok_or_else(|| "no results in its output".into())
     }))
 }

@@ -36,16 +36,21 @@ enum Cmd {
         /// cpu, cuda, cuda:N or auto.
         #[arg(long, default_value = "auto")]
         device: String,
-        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b or all.
+        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b or all
+        /// (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear weights).
         #[arg(long, default_value = "llama-3.1-8b")]
         preset: String,
+        /// Linear weights of the decode and memory suites' models: none (bf16) or fp8
+        /// (per-row FP8, the same as the preset's `-fp8` variant).
+        #[arg(long, default_value = "none")]
+        quantize: String,
         /// Write the results as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
         /// Print a table of changes against an earlier result JSON.
         #[arg(long)]
         compare: Option<PathBuf>,
-        /// Write SVG charts (GB/s per linear shape, % of the floor per op) into this folder.
+        /// Write PNG and SVG charts (GB/s per linear shape, % of the floor per op) into this folder.
         #[arg(long)]
         plot: Option<PathBuf>,
         /// PyTorch peer of suites that have one: torch (required) or none; default: run it if it can.
@@ -68,9 +73,16 @@ fn main() -> ExitCode {
         Cmd::Info => info(),
         Cmd::Check { fixtures, device } => check(&fixtures, &device),
         Cmd::Kernels { check } => compile_kernels(&check),
-        Cmd::Bench { suite, device, preset, json, compare, plot, peer } => {
-            let opts = kiln_bench::harness::Options { peer: peer.as_deref(), preset: &preset };
-            bench(&suite, &device, &opts, json.as_deref(), compare.as_deref(), plot.as_deref())
+        Cmd::Bench { suite, device, preset, quantize, json, compare, plot, peer } => {
+            kiln_models::Quantize::parse(&quantize).and_then(|q| {
+                // The decode and memory suites read FP8 from the preset name's suffix.
+                let preset = match q {
+                    kiln_models::Quantize::Fp8 if !preset.ends_with("-fp8") => format!("{preset}-fp8"),
+                    _ => preset,
+                };
+                let opts = kiln_bench::harness::Options { peer: peer.as_deref(), preset: &preset };
+                bench(&suite, &device, &opts, json.as_deref(), compare.as_deref(), plot.as_deref())
+            })
         }
         Cmd::Generate(args) => generate(args),
     };
@@ -211,9 +223,14 @@ struct GenerateArgs {
     /// cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "auto")]
     device: String,
-    /// Weights as bf16 or f32 (converted on load).
+    /// Weights as bf16 or f32 (converted on load); also the activations' dtype.
     #[arg(long, default_value = "bf16")]
     dtype: String,
+    /// none, or fp8: quantise each linear weight (attention, MLP, experts) on load to FP8
+    /// with per-output-channel scales, about half the memory. FP8 checkpoints (weights
+    /// stored as float8_e4m3fn with weight_scale / weight_scale_inv) load as FP8 anyway.
+    #[arg(long, default_value = "none")]
+    quantize: String,
     /// 0 = greedy (default: generation_config.json's when it samples, else greedy).
     #[arg(long)]
     temperature: Option<f64>,
@@ -237,6 +254,12 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         "f32" => kiln::DType::F32,
         other => return Err(kiln::Error::invalid("generate", format!("--dtype {other:?} (bf16, f32)"))),
     };
+    let quantize = kiln_models::Quantize::parse(&a.quantize).map_err(|_| {
+        kiln::Error::invalid(
+            "generate",
+            format!("--quantize {:?} ({})", a.quantize, kiln_models::Quantize::VALUES),
+        )
+    })?;
     let tok = Tokenizer::load(&a.model)?;
     let prompt = if a.chat {
         let text = ChatTemplate::load(&a.model)?.render(&[("user", &a.prompt)], true)?;
@@ -244,7 +267,20 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     } else {
         tok.encode(&a.prompt, true)?
     };
-    let model = Model::load(&a.model, device, dtype)?;
+    let model = Model::load_quantized(&a.model, device, dtype, quantize)?;
+    let w = model.weight_stats();
+    let size = |b: usize| match b {
+        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
+        b => format!("{:.1} KiB", b as f64 / 1024.0),
+    };
+    eprintln!(
+        "weights: {} ({} B); linear layers {}, of which fp8 {}",
+        size(w.total),
+        w.total,
+        size(w.linear),
+        size(w.fp8)
+    );
     let gcfg = GenerationConfig::load(&a.model, &model.config)?;
     let sampling = kiln_models::SamplingParams {
         temperature: a.temperature.unwrap_or(if gcfg.do_sample {
@@ -271,8 +307,9 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     })?;
     println!();
     eprintln!(
-        "{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s",
+        "{}{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s",
         dtype,
+        if w.fp8 > 0 { " (fp8 weights)" } else { "" },
         stats.prompt_tokens,
         stats.prefill_tokens_per_sec(),
         stats.decode_steps,

@@ -1,18 +1,148 @@
 //! The building blocks of the decoder families: linear, RMS norm, gated MLP, rotary
 //! embedding and grouped-query attention over the KV cache, composed of kiln ops.
+//!
+//! A linear layer's weight is dense (the model dtype) or FP8 ([`LinearWeight`]): FP8
+//! weights come from an FP8 checkpoint or from quantising on load (`Quantize::Fp8`), and
+//! serve the attention projections, the dense MLPs and the MoE experts. Embeddings, norms,
+//! the LM head and the MoE router always stay dense.
 
 use crate::config::{Config, RopeScaling};
 use crate::kv_cache::KvCache;
 use crate::loader::WeightSource;
+use kiln::fp8::{Fp8Weight, Granularity};
 use kiln::{DType, Device, Result, Tensor};
 
-/// `x @ weight.T (+ bias)`, weight `[out, in]` as stored.
+/// The `[out, in]` weight of a linear layer, as stored (`x @ weight.T`).
+#[derive(Clone, Debug)]
+pub enum LinearWeight {
+    /// In the model dtype; runs `Tensor::linear`.
+    Dense(Tensor),
+    /// float8_e4m3fn values with f32 per-tensor or per-output-channel scales; runs
+    /// `Tensor::linear_fp8` (activations quantised per row on the fly, output in the
+    /// activations' dtype).
+    Fp8(Fp8Weight),
+}
+
+impl LinearWeight {
+    /// Per-output-channel FP8 of a dense `[out, in]` weight (what `--quantize fp8` does).
+    pub fn quantize_fp8(w: &Tensor) -> Result<LinearWeight> {
+        Ok(LinearWeight::Fp8(Fp8Weight::quantize(w, Granularity::Row)?))
+    }
+
+    /// Whether an `[_, in_features]` weight can run in FP8: the FP8 GEMM needs K to be a
+    /// multiple of 16. Ineligible weights stay (or are made) dense.
+    pub fn fp8_eligible(in_features: usize) -> bool {
+        in_features > 0 && in_features.is_multiple_of(16)
+    }
+
+    /// `x @ weight.T (+ bias)`, in `x`'s dtype.
+    pub fn forward(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        match self {
+            LinearWeight::Dense(w) => x.linear(w, bias),
+            LinearWeight::Fp8(w) => x.linear_fp8(w, bias),
+        }
+    }
+
+    pub fn out_features(&self) -> usize {
+        match self {
+            LinearWeight::Dense(w) => w.shape()[0],
+            LinearWeight::Fp8(w) => w.out_features(),
+        }
+    }
+
+    pub fn in_features(&self) -> usize {
+        match self {
+            LinearWeight::Dense(w) => w.shape()[1],
+            LinearWeight::Fp8(w) => w.in_features(),
+        }
+    }
+
+    pub fn is_fp8(&self) -> bool {
+        matches!(self, LinearWeight::Fp8(_))
+    }
+
+    /// Bytes held on the device. FP8: `N·K` values plus the f32 scales, counted once each:
+    /// a per-row weight's `[1, N]` column scale is a view of its `[N, 1]` scale (so
+    /// `N·K + 4·N`), a per-tensor weight holds its scalar and a broadcast `[1, N]` copy.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            LinearWeight::Dense(w) => w.nbytes(),
+            LinearWeight::Fp8(w) => match w.granularity() {
+                Granularity::Row => w.weight().nbytes() + w.scale().nbytes(),
+                Granularity::Tensor => w.nbytes(),
+            },
+        }
+    }
+
+    /// The rows of `parts` one after another, `[Σ out, in]` (gate and up fused into one
+    /// matmul). All dense: a dense concatenation. Any FP8: an FP8 weight with per-row
+    /// scales (per-tensor scales are broadcast to their rows, a dense part is quantised
+    /// per row), which computes exactly what the parts compute separately.
+    pub fn cat_rows(parts: Vec<LinearWeight>) -> Result<LinearWeight> {
+        if parts.len() == 1 {
+            return Ok(parts.into_iter().next().expect("one part"));
+        }
+        if parts.iter().all(|p| !p.is_fp8()) {
+            let dense: Vec<Tensor> = parts
+                .into_iter()
+                .map(|p| match p {
+                    LinearWeight::Dense(t) => t,
+                    LinearWeight::Fp8(_) => unreachable!("all dense"),
+                })
+                .collect();
+            return Ok(LinearWeight::Dense(Tensor::cat(&dense, 0)?));
+        }
+        let (mut values, mut scales) = (Vec::with_capacity(parts.len()), Vec::with_capacity(parts.len()));
+        for p in parts {
+            let w = match p {
+                LinearWeight::Fp8(w) => w,
+                LinearWeight::Dense(t) => Fp8Weight::quantize(&t, Granularity::Row)?,
+            };
+            let n = w.out_features();
+            scales.push(w.scale().reshape(&[w.scale().numel(), 1])?.broadcast_to(&[n, 1])?.contiguous()?);
+            values.push(w.weight().clone());
+        }
+        let w = Fp8Weight::from_parts(Tensor::cat(&values, 0)?, Tensor::cat(&scales, 0)?)?;
+        Ok(LinearWeight::Fp8(w))
+    }
+}
+
+/// Bytes of a model's weights, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightBytes {
+    /// Every weight (a tied LM head counted once).
+    pub total: usize,
+    /// The linear layers' weights (attention projections, MLPs, experts; not their
+    /// biases, the router or the LM head), dense or FP8.
+    pub linear: usize,
+    /// The part of `linear` held in FP8, values plus scales.
+    pub fp8: usize,
+}
+
+impl WeightBytes {
+    pub fn add_dense(&mut self, t: &Tensor) {
+        self.total += t.nbytes();
+    }
+
+    pub fn add_linear(&mut self, w: &LinearWeight) {
+        let b = w.nbytes();
+        self.total += b;
+        self.linear += b;
+        if w.is_fp8() {
+            self.fp8 += b;
+        }
+    }
+}
+
+/// `x @ weight.T (+ bias)`, weight `[out, in]` as stored, dense or FP8.
 pub struct Linear {
-    pub weight: Tensor,
+    pub weight: LinearWeight,
     pub bias: Option<Tensor>,
 }
 
 impl Linear {
+    /// `{prefix}.weight` (through [`WeightSource::linear`], so FP8 when the checkpoint
+    /// stores it so or the source quantises) and, with `bias`, `{prefix}.bias` (dense).
     pub fn load(
         src: &mut dyn WeightSource,
         prefix: &str,
@@ -20,13 +150,20 @@ impl Linear {
         inp: usize,
         bias: bool,
     ) -> Result<Self> {
-        let weight = src.get(&format!("{prefix}.weight"), &[out, inp])?;
+        let weight = src.linear(prefix, out, inp)?;
         let bias = if bias { Some(src.get(&format!("{prefix}.bias"), &[out])?) } else { None };
         Ok(Linear { weight, bias })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.linear(&self.weight, self.bias.as_ref())
+        self.weight.forward(x, self.bias.as_ref())
+    }
+
+    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+        acc.add_linear(&self.weight);
+        if let Some(b) = &self.bias {
+            acc.add_dense(b);
+        }
     }
 }
 
@@ -47,23 +184,28 @@ impl RmsNorm {
 }
 
 /// `down(silu(gate(x)) * up(x))`, with gate and up fused into one `[2·I, H]` weight at
-/// load so the step costs one matmul for both.
+/// load so the step costs one matmul for both (dense, or FP8 with per-row scales).
 pub struct Mlp {
-    pub gate_up: Tensor,
-    pub down: Tensor,
+    pub gate_up: LinearWeight,
+    pub down: LinearWeight,
 }
 
 impl Mlp {
     pub fn load(src: &mut dyn WeightSource, prefix: &str, hidden: usize, inter: usize) -> Result<Self> {
-        let gate = src.get(&format!("{prefix}.gate_proj.weight"), &[inter, hidden])?;
-        let up = src.get(&format!("{prefix}.up_proj.weight"), &[inter, hidden])?;
-        let down = src.get(&format!("{prefix}.down_proj.weight"), &[hidden, inter])?;
-        Ok(Mlp { gate_up: Tensor::cat(&[gate, up], 0)?, down })
+        let gate = src.linear(&format!("{prefix}.gate_proj"), inter, hidden)?;
+        let up = src.linear(&format!("{prefix}.up_proj"), inter, hidden)?;
+        let down = src.linear(&format!("{prefix}.down_proj"), hidden, inter)?;
+        Ok(Mlp { gate_up: LinearWeight::cat_rows(vec![gate, up])?, down })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = x.linear(&self.gate_up, None)?;
-        swiglu(&h)?.linear(&self.down, None)
+        let h = self.gate_up.forward(x, None)?;
+        self.down.forward(&swiglu(&h)?, None)
+    }
+
+    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+        acc.add_linear(&self.gate_up);
+        acc.add_linear(&self.down);
     }
 }
 
@@ -221,9 +363,18 @@ impl Attention {
     }
 
     pub fn nbytes(&self) -> usize {
-        let lin = |l: &Linear| l.weight.nbytes() + l.bias.as_ref().map_or(0, |b| b.nbytes());
-        let norm = |n: &Option<RmsNorm>| n.as_ref().map_or(0, |n| n.weight.nbytes());
-        lin(&self.q) + lin(&self.k) + lin(&self.v) + lin(&self.o) + norm(&self.q_norm) + norm(&self.k_norm)
+        let mut acc = WeightBytes::default();
+        self.weight_bytes(&mut acc);
+        acc.total
+    }
+
+    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+        for l in [&self.q, &self.k, &self.v, &self.o] {
+            l.weight_bytes(acc);
+        }
+        for n in [&self.q_norm, &self.k_norm].into_iter().flatten() {
+            acc.add_dense(&n.weight);
+        }
     }
 }
 

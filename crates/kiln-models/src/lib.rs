@@ -16,5 +16,7 @@ pub mod tokenizer;
 
 pub use config::{Arch, Config, GenerationConfig};
 pub use generate::{generate, GenerateOptions, GenerateStats};
+pub use layers::{LinearWeight, WeightBytes};
 pub use llama::Model;
+pub use loader::Quantize;
 pub use sampling::SamplingParams;

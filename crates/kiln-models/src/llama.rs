@@ -2,11 +2,16 @@
 //! attention → residual, RMS norm → MLP or MoE → residual), final norm, LM head. Qwen3
 //! adds the q/k head norms (in `layers::Attention`), Qwen3-MoE swaps the MLP for a
 //! routed expert block (`qwen3_moe`).
+//!
+//! Linear layers (attention projections, MLPs, experts) hold dense or FP8 weights
+//! (`layers::LinearWeight`): FP8 when the checkpoint stores them so (Hugging Face FP8
+//! checkpoints, `weight_scale` / `weight_scale_inv`) or when loaded with
+//! [`Quantize::Fp8`]. The embedding, norms, LM head and MoE router stay dense.
 
 use crate::config::Config;
 use crate::kv_cache::KvCache;
-use crate::layers::{Attention, Mlp, RmsNorm, Rope};
-use crate::loader::{CheckpointSource, RandomSource, WeightSource};
+use crate::layers::{Attention, Mlp, RmsNorm, Rope, WeightBytes};
+use crate::loader::{CheckpointSource, Quantize, RandomSource, WeightSource};
 use crate::qwen3_moe::MoeBlock;
 use kiln::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
@@ -15,6 +20,8 @@ use std::path::Path;
 /// the cache is made, not silently wrapped).
 pub const MAX_POSITIONS: usize = 32768;
 
+// One per layer: the size of the handle (an FP8 MLP's is the largest) does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Ffn {
     Dense(Mlp),
     Moe(MoeBlock),
@@ -37,10 +44,17 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads a Hugging Face model folder onto `device`, converting weights to `dtype`.
+    /// Loads a Hugging Face model folder onto `device`, converting dense weights to `dtype`
+    /// (the activations' dtype too). FP8 weights of an FP8 checkpoint stay FP8.
     pub fn load(dir: &Path, device: Device, dtype: DType) -> Result<Model> {
+        Self::load_quantized(dir, device, dtype, Quantize::None)
+    }
+
+    /// [`load`](Model::load), with dense linear weights quantised on load as `quantize` says
+    /// (`kiln generate --quantize fp8`).
+    pub fn load_quantized(dir: &Path, device: Device, dtype: DType, quantize: Quantize) -> Result<Model> {
         let config = Config::load(dir)?;
-        let mut src = CheckpointSource::open(dir, device, dtype)?;
+        let mut src = CheckpointSource::open(dir, device, dtype)?.with_quantize(quantize);
         let model = Self::build(config, &mut src);
         // Report bad tensors first: a build error is often their consequence.
         src.finish()?;
@@ -49,8 +63,21 @@ impl Model {
 
     /// A model of `config`'s shape with seeded random weights made on `device`.
     pub fn random(config: Config, device: Device, dtype: DType, seed: u64) -> Result<Model> {
+        Self::random_quantized(config, device, dtype, seed, Quantize::None)
+    }
+
+    /// [`random`](Model::random) with the linear weights quantised as `quantize` says.
+    pub fn random_quantized(
+        config: Config,
+        device: Device,
+        dtype: DType,
+        seed: u64,
+        quantize: Quantize,
+    ) -> Result<Model> {
         config.validate().map_err(|m| Error::invalid("model", m))?;
-        Self::build(config, &mut RandomSource::new(device, dtype, seed))
+        let mut src = RandomSource::new(device, dtype, seed);
+        src.quantize = quantize;
+        Self::build(config, &mut src)
     }
 
     pub fn build(config: Config, src: &mut dyn WeightSource) -> Result<Model> {
@@ -132,22 +159,32 @@ impl Model {
 
     /// Bytes of all weights (the tied LM head counted once).
     pub fn weight_bytes(&self) -> usize {
-        let mut n = self.embed.nbytes() + self.norm.weight.nbytes();
+        self.weight_stats().total
+    }
+
+    /// Bytes of the weights by kind: all, the linear layers', and their FP8 part.
+    pub fn weight_stats(&self) -> WeightBytes {
+        let mut acc = WeightBytes::default();
+        acc.add_dense(&self.embed);
+        acc.add_dense(&self.norm.weight);
         if !self.lm_head.same_storage(&self.embed) {
-            n += self.lm_head.nbytes();
+            acc.add_dense(&self.lm_head);
         }
-        n + self.layers.iter().map(Layer::nbytes).sum::<usize>()
+        for l in &self.layers {
+            l.weight_bytes(&mut acc);
+        }
+        acc
     }
 }
 
 impl Layer {
-    fn nbytes(&self) -> usize {
-        self.input_norm.weight.nbytes()
-            + self.post_norm.weight.nbytes()
-            + self.attn.nbytes()
-            + match &self.ffn {
-                Ffn::Dense(m) => m.gate_up.nbytes() + m.down.nbytes(),
-                Ffn::Moe(m) => m.nbytes(),
-            }
+    fn weight_bytes(&self, acc: &mut WeightBytes) {
+        acc.add_dense(&self.input_norm.weight);
+        acc.add_dense(&self.post_norm.weight);
+        self.attn.weight_bytes(acc);
+        match &self.ffn {
+            Ffn::Dense(m) => m.weight_bytes(acc),
+            Ffn::Moe(m) => m.weight_bytes(acc),
+        }
     }
 }

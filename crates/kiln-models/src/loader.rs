@@ -1,17 +1,80 @@
 //! Where a model's weights come from: a safetensors checkpoint (with a progress bar), or
 //! seeded random values generated on the device (benchmarks of the published shapes).
-//! The model builders ask a [`WeightSource`] for each tensor by name and shape.
+//! The model builders ask a [`WeightSource`] for each tensor by name and shape, and for
+//! each linear layer's weight by prefix ([`WeightSource::linear`]), which may come back
+//! FP8: stored so in the checkpoint, or quantised on load ([`Quantize::Fp8`]).
 
+use crate::layers::LinearWeight;
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln::io::safetensors::Checkpoint;
 use kiln::{DType, Device, Error, Result, Tensor};
 use std::path::{Path, PathBuf};
+
+/// How dense linear weights are stored after loading (`kiln generate --quantize`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Quantize {
+    /// As loaded: dense in the model dtype (an FP8 checkpoint's FP8 weights stay FP8).
+    #[default]
+    None,
+    /// Each eligible dense linear weight (attention projections, MLP and expert
+    /// projections whose input size is a multiple of 16) is quantised to float8_e4m3fn with
+    /// one f32 scale per output channel (`Fp8Weight::quantize(w, Granularity::Row)`) as it
+    /// is loaded, and the dense copy freed: about half the bf16 bytes. Embeddings, norms,
+    /// the LM head, the MoE router and `quantization_config.modules_to_not_convert` stay
+    /// dense.
+    Fp8,
+}
+
+impl Quantize {
+    pub const VALUES: &'static str = "none, fp8";
+
+    pub fn parse(s: &str) -> Result<Quantize> {
+        match s {
+            "none" => Ok(Quantize::None),
+            "fp8" => Ok(Quantize::Fp8),
+            other => {
+                Err(Error::invalid("quantize", format!("unknown quantisation {other:?} ({})", Self::VALUES)))
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Quantize::None => "none",
+            Quantize::Fp8 => "fp8",
+        }
+    }
+}
+
+impl std::str::FromStr for Quantize {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Quantize> {
+        Quantize::parse(s)
+    }
+}
 
 pub trait WeightSource {
     /// The tensor stored as `name`, of `shape`, on the model's device and dtype.
     fn get(&mut self, name: &str, shape: &[usize]) -> Result<Tensor>;
     fn device(&self) -> Device;
     fn dtype(&self) -> DType;
+
+    /// What dense linear weights become on load.
+    fn quantize(&self) -> Quantize {
+        Quantize::None
+    }
+
+    /// The `[out, inp]` weight `{prefix}.weight` of a linear layer: by default dense from
+    /// [`get`](WeightSource::get), quantised per row to FP8 under [`Quantize::Fp8`] when
+    /// eligible ([`LinearWeight::fp8_eligible`]).
+    fn linear(&mut self, prefix: &str, out: usize, inp: usize) -> Result<LinearWeight> {
+        let w = self.get(&format!("{prefix}.weight"), &[out, inp])?;
+        if self.quantize() == Quantize::Fp8 && LinearWeight::fp8_eligible(inp) {
+            return LinearWeight::quantize_fp8(&w);
+        }
+        Ok(LinearWeight::Dense(w))
+    }
 }
 
 /// `[names.len(), ..shape]`: the named tensors stacked (e.g. the experts of a layer).
@@ -24,12 +87,23 @@ pub fn stacked(src: &mut dyn WeightSource, names: &[String], shape: &[usize]) ->
 /// the load at once: it is recorded (and a placeholder returned) so that [`finish`]
 /// reports every bad tensor in one error.
 ///
+/// FP8 checkpoints as Hugging Face stores them: a linear layer whose `{prefix}.weight` is
+/// float8_e4m3fn loads through `kiln::fp8::load_linear` with its `{prefix}.weight_scale` or
+/// `{prefix}.weight_scale_inv` (per tensor, per output channel, or 128×128 blocks, which
+/// become per-row scales) and stays FP8. The FP8-ness is read from each tensor's stored
+/// dtype; config.json's `quantization_config` contributes `modules_to_not_convert` (kept
+/// dense under [`Quantize::Fp8`], matched as substrings of the layer name, as transformers
+/// does) and its `quant_method`, named in the error when tensors are missing.
+///
 /// [`finish`]: CheckpointSource::finish
 pub struct CheckpointSource {
     dir: PathBuf,
     ck: Checkpoint,
     device: Device,
     dtype: DType,
+    quantize: Quantize,
+    modules_to_not_convert: Vec<String>,
+    quant_method: Option<String>,
     problems: Vec<String>,
     bar: ProgressBar,
 }
@@ -46,7 +120,35 @@ impl CheckpointSource {
             ProgressStyle::with_template("loading {bar:40} {binary_bytes}/{binary_total_bytes} {msg}")
                 .expect("template is valid"),
         );
-        Ok(CheckpointSource { dir: dir.to_path_buf(), ck, device, dtype, problems: vec![], bar })
+        let qc = read_quantization_config(dir);
+        let quant_method = qc.get("quant_method").and_then(|m| m.as_str()).map(String::from);
+        let modules_to_not_convert = qc
+            .get("modules_to_not_convert")
+            .and_then(|m| m.as_array())
+            .map(|a| a.iter().filter_map(|m| m.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        Ok(CheckpointSource {
+            dir: dir.to_path_buf(),
+            ck,
+            device,
+            dtype,
+            quantize: Quantize::None,
+            modules_to_not_convert,
+            quant_method,
+            problems: vec![],
+            bar,
+        })
+    }
+
+    /// Quantise dense linear weights on load (see [`Quantize`]).
+    pub fn with_quantize(mut self, quantize: Quantize) -> Self {
+        self.quantize = quantize;
+        self
+    }
+
+    /// Whether `quantization_config.modules_to_not_convert` names the layer `prefix`.
+    fn keep_dense(&self, prefix: &str) -> bool {
+        self.modules_to_not_convert.iter().any(|m| !m.is_empty() && prefix.contains(m.as_str()))
     }
 
     /// Ok when every requested tensor was present with the expected shape; else one
@@ -58,7 +160,17 @@ impl CheckpointSource {
         }
         Err(Error::File {
             path: self.dir.display().to_string(),
-            msg: format!("{} bad tensor(s):\n  {}", self.problems.len(), self.problems.join("\n  ")),
+            msg: format!(
+                "{} bad tensor(s):\n  {}{}",
+                self.problems.len(),
+                self.problems.join("\n  "),
+                match &self.quant_method {
+                    Some(m) if m != "fp8" => format!(
+                        "\n(config.json's quantization_config has quant_method {m:?}; kiln loads dense and fp8 checkpoints)"
+                    ),
+                    _ => String::new(),
+                }
+            ),
         })
     }
 
@@ -67,7 +179,41 @@ impl CheckpointSource {
     }
 }
 
+/// `quantization_config` of `dir/config.json`, or null (no file, no such key).
+fn read_quantization_config(dir: &Path) -> serde_json::Value {
+    std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|mut v| v.get_mut("quantization_config").map(serde_json::Value::take))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn is_fp8(dt: DType) -> bool {
+    matches!(dt, DType::F8E4M3 | DType::F8E5M2)
+}
+
+impl CheckpointSource {
+    /// `{prefix}.weight` stored as float8 with its scale: FP8 as stored, or `None` after
+    /// recording why it cannot be loaded.
+    fn load_fp8(&mut self, prefix: &str) -> Option<kiln::fp8::Fp8Weight> {
+        let name = format!("{prefix}.weight");
+        self.bar.set_message(name.clone());
+        match kiln::fp8::load_linear(&self.ck, prefix, self.device) {
+            Ok(w) => {
+                self.bar.inc((w.weight().nbytes() + w.scale().nbytes()) as u64);
+                Some(w)
+            }
+            Err(e) => {
+                self.problems.push(format!("{name}: {e}"));
+                None
+            }
+        }
+    }
+}
+
 impl WeightSource for CheckpointSource {
+    /// A float8 tensor asked for as a plain tensor (not through `linear`) is dequantised
+    /// with its scale to the model dtype.
     fn get(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         if !self.ck.contains(name) {
             self.problems.push(format!("{name}: missing (expected shape {shape:?})"));
@@ -78,6 +224,21 @@ impl WeightSource for CheckpointSource {
             self.problems
                 .push(format!("{name}: {:?} {} (expected {shape:?}, float)", meta.shape, meta.dtype));
             return self.placeholder(shape);
+        }
+        if is_fp8(meta.dtype) {
+            let prefix =
+                name.strip_suffix(".weight").filter(|_| meta.dtype == DType::F8E4M3 && shape.len() == 2);
+            let Some(prefix) = prefix else {
+                self.problems.push(format!(
+                    "{name}: {:?} {} (only 2-D float8_e4m3fn weights with a scale are supported)",
+                    meta.shape, meta.dtype
+                ));
+                return self.placeholder(shape);
+            };
+            return match self.load_fp8(prefix) {
+                Some(w) => w.dequantize(self.dtype),
+                None => self.placeholder(shape),
+            };
         }
         self.bar.set_message(name.to_string());
         let t = self.ck.load(name, self.device)?.to_dtype(self.dtype)?;
@@ -92,20 +253,58 @@ impl WeightSource for CheckpointSource {
     fn dtype(&self) -> DType {
         self.dtype
     }
+
+    fn quantize(&self) -> Quantize {
+        self.quantize
+    }
+
+    /// Stored float8_e4m3fn: FP8 with the stored scales (dequantised to dense when the
+    /// input size does not suit the FP8 GEMM). Stored dense: dense, or quantised per row
+    /// under [`Quantize::Fp8`] unless `modules_to_not_convert` names the layer. Missing and
+    /// mis-shaped weights are recorded as by `get`.
+    fn linear(&mut self, prefix: &str, out: usize, inp: usize) -> Result<LinearWeight> {
+        let name = format!("{prefix}.weight");
+        let stored = if self.ck.contains(&name) { Some(self.ck.meta(&name)?) } else { None };
+        match stored {
+            Some(meta) if meta.dtype == DType::F8E4M3 && meta.shape == [out, inp] => {
+                Ok(match self.load_fp8(prefix) {
+                    Some(w) if LinearWeight::fp8_eligible(inp) => LinearWeight::Fp8(w),
+                    Some(w) => LinearWeight::Dense(w.dequantize(self.dtype)?),
+                    None => LinearWeight::Dense(self.placeholder(&[out, inp])?),
+                })
+            }
+            _ => {
+                let before = self.problems.len();
+                let w = self.get(&name, &[out, inp])?;
+                let quantize = self.quantize == Quantize::Fp8
+                    && self.problems.len() == before
+                    && LinearWeight::fp8_eligible(inp)
+                    && !self.keep_dense(prefix);
+                if quantize {
+                    LinearWeight::quantize_fp8(&w)
+                } else {
+                    Ok(LinearWeight::Dense(w))
+                }
+            }
+        }
+    }
 }
 
 /// Seeded N(0, 1)·`std` weights generated where they live (no host copy), and ones for
 /// norm weights (names ending in `norm.weight`), so activations stay in range.
+/// With `quantize` = [`Quantize::Fp8`], linear weights are generated dense and quantised
+/// per row (the decode benchmark's FP8 presets).
 pub struct RandomSource {
     pub device: Device,
     pub dtype: DType,
     pub std: f64,
+    pub quantize: Quantize,
     seed: u64,
 }
 
 impl RandomSource {
     pub fn new(device: Device, dtype: DType, seed: u64) -> Self {
-        RandomSource { device, dtype, std: 0.02, seed }
+        RandomSource { device, dtype, std: 0.02, quantize: Quantize::None, seed }
     }
 }
 
@@ -124,5 +323,9 @@ impl WeightSource for RandomSource {
 
     fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn quantize(&self) -> Quantize {
+        self.quantize
     }
 }

@@ -11,16 +11,28 @@
 //!   sync), the (token, slot) pairs sorted by expert, and each expert with tokens runs
 //!   one matmul over its contiguous group. Gathering weights per token would copy
 //!   `tokens · top_k` expert matrices here, far more than the layer holds.
+//!
+//! FP8 experts (an FP8 checkpoint, or `Quantize::Fp8`) are kept per expert instead, one
+//! [`LinearWeight`] each for gate_up and down, and always run **grouped** (the FP8 GEMM
+//! takes one weight, so there is no batched gather): one host sync per MoE layer per step,
+//! also when decoding. The router stays dense.
 
 use crate::config::Config;
-use crate::layers::swiglu;
-use crate::loader::{stacked, WeightSource};
+use crate::layers::{swiglu, LinearWeight, WeightBytes};
+use crate::loader::WeightSource;
 use kiln::{DType, Error, Result, Tensor};
+
+/// The experts' weights.
+pub enum Experts {
+    /// Dense, stacked: `gate_up` `[E, 2·I, H]`, `down` `[E, H, I]`.
+    Stacked { gate_up: Tensor, down: Tensor },
+    /// One weight per expert (used when any is FP8): `gate_up[e]` `[2·I, H]`, `down[e]` `[H, I]`.
+    PerExpert { gate_up: Vec<LinearWeight>, down: Vec<LinearWeight> },
+}
 
 pub struct MoeBlock {
     router: Tensor,
-    gate_up: Tensor,
-    down: Tensor,
+    experts: Experts,
     top_k: usize,
     norm_topk_prob: bool,
 }
@@ -30,20 +42,62 @@ impl MoeBlock {
         let m = cfg.moe.as_ref().ok_or_else(|| Error::invalid("moe", "the config has no MoE section"))?;
         let (h, i, e) = (cfg.hidden_size, m.intermediate_size, m.num_experts);
         let router = src.get(&format!("{prefix}.gate.weight"), &[e, h])?;
-        let names = |w: &str| (0..e).map(|j| format!("{prefix}.experts.{j}.{w}.weight")).collect::<Vec<_>>();
-        let gate = stacked(src, &names("gate_proj"), &[i, h])?;
-        let up = stacked(src, &names("up_proj"), &[i, h])?;
-        let gate_up = Tensor::cat(&[gate, up], 1)?;
-        let down = stacked(src, &names("down_proj"), &[h, i])?;
-        Ok(MoeBlock { router, gate_up, down, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob })
+        let (mut gate_up, mut down) = (Vec::with_capacity(e), Vec::with_capacity(e));
+        for j in 0..e {
+            let p = format!("{prefix}.experts.{j}");
+            let gate = src.linear(&format!("{p}.gate_proj"), i, h)?;
+            let up = src.linear(&format!("{p}.up_proj"), i, h)?;
+            gate_up.push(LinearWeight::cat_rows(vec![gate, up])?);
+            down.push(src.linear(&format!("{p}.down_proj"), h, i)?);
+        }
+        let experts = if gate_up.iter().chain(&down).any(LinearWeight::is_fp8) {
+            Experts::PerExpert { gate_up, down }
+        } else {
+            let dense = |ws: Vec<LinearWeight>| -> Result<Tensor> {
+                let ts: Vec<Tensor> = ws
+                    .into_iter()
+                    .map(|w| match w {
+                        LinearWeight::Dense(t) => t,
+                        LinearWeight::Fp8(_) => unreachable!("no FP8 expert"),
+                    })
+                    .collect();
+                Tensor::stack(&ts, 0)
+            };
+            Experts::Stacked { gate_up: dense(gate_up)?, down: dense(down)? }
+        };
+        Ok(MoeBlock { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob })
     }
 
     fn num_experts(&self) -> usize {
         self.router.shape()[0]
     }
 
+    pub fn experts(&self) -> &Experts {
+        &self.experts
+    }
+
     pub fn nbytes(&self) -> usize {
-        self.router.nbytes() + self.gate_up.nbytes() + self.down.nbytes()
+        let mut acc = WeightBytes::default();
+        self.weight_bytes(&mut acc);
+        acc.total
+    }
+
+    /// The router counts as dense, not linear; stacked dense experts as linear.
+    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+        acc.add_dense(&self.router);
+        match &self.experts {
+            Experts::Stacked { gate_up, down } => {
+                for t in [gate_up, down] {
+                    acc.total += t.nbytes();
+                    acc.linear += t.nbytes();
+                }
+            }
+            Experts::PerExpert { gate_up, down } => {
+                for w in gate_up.iter().chain(down) {
+                    acc.add_linear(w);
+                }
+            }
+        }
     }
 
     /// `x` `[…, H]` → `[…, H]`.
@@ -52,7 +106,8 @@ impl MoeBlock {
         let x2 = x.reshape(&[x.numel() / h, h])?;
         let n = x2.shape()[0];
         let (weights, experts) = self.route(&x2)?;
-        let y = if n * self.top_k <= self.num_experts() {
+        let stacked = matches!(self.experts, Experts::Stacked { .. });
+        let y = if stacked && n * self.top_k <= self.num_experts() {
             self.gathered(&x2, &experts)?
         } else {
             self.grouped(&x2, &experts)?
@@ -72,14 +127,18 @@ impl MoeBlock {
         Ok((w.to_dtype(x.dtype())?, idx))
     }
 
-    /// Expert outputs `[n, k, H]` by gathering each slot's expert weights.
+    /// Expert outputs `[n, k, H]` by gathering each slot's expert weights (stacked dense
+    /// experts only).
     pub fn gathered(&self, x: &Tensor, experts: &Tensor) -> Result<Tensor> {
+        let Experts::Stacked { gate_up, down } = &self.experts else {
+            return Err(Error::invalid("moe", "per-expert (FP8) experts run grouped, not gathered"));
+        };
         let (n, h) = (x.shape()[0], x.shape()[1]);
         let k = self.top_k;
         let flat = experts.reshape(&[n * k])?;
-        let (i2, i) = (self.gate_up.shape()[1], self.down.shape()[2]);
-        let gu = self.gate_up.index_select(0, &flat)?.reshape(&[n, k, i2, h])?;
-        let dn = self.down.index_select(0, &flat)?.reshape(&[n, k, h, i])?;
+        let (i2, i) = (gate_up.shape()[1], down.shape()[2]);
+        let gu = gate_up.index_select(0, &flat)?.reshape(&[n, k, i2, h])?;
+        let dn = down.index_select(0, &flat)?.reshape(&[n, k, h, i])?;
         let a = swiglu(&x.reshape(&[n, 1, 1, h])?.matmul(&gu.transpose(-1, -2)?)?)?;
         a.matmul(&dn.transpose(-1, -2)?)?.reshape(&[n, k, h])
     }
@@ -101,9 +160,17 @@ impl MoeBlock {
             let e = chosen[order[start]];
             let len = order[start..].iter().take_while(|&&s| chosen[s] == e).count();
             let e = e as usize;
-            let gu = self.gate_up.narrow(0, e, 1)?.squeeze(0)?;
-            let dn = self.down.narrow(0, e, 1)?.squeeze(0)?;
-            let y = swiglu(&xs.narrow(0, start, len)?.linear(&gu, None)?)?.linear(&dn, None)?;
+            let xe = xs.narrow(0, start, len)?;
+            let y = match &self.experts {
+                Experts::Stacked { gate_up, down } => {
+                    let gu = gate_up.narrow(0, e, 1)?.squeeze(0)?;
+                    let dn = down.narrow(0, e, 1)?.squeeze(0)?;
+                    swiglu(&xe.linear(&gu, None)?)?.linear(&dn, None)?
+                }
+                Experts::PerExpert { gate_up, down } => {
+                    down[e].forward(&swiglu(&gate_up[e].forward(&xe, None)?)?, None)?
+                }
+            };
             ys.narrow(0, start, len)?.copy_(&y)?;
             start += len;
         }
@@ -140,5 +207,51 @@ mod tests {
         let other = experts.add_scalar(1.0).unwrap().remainder_scalar(8.0).unwrap();
         let c = block.gathered(&x, &other).unwrap().to_vec::<f32>().unwrap();
         assert!(a.iter().zip(&c).any(|(p, q)| (p - q).abs() > 1e-3));
+    }
+
+    /// FP8 experts (per expert, grouped) compute what dense experts holding the same
+    /// dequantised weights compute, up to the activations' per-row e4m3 rounding; a
+    /// swapped expert would be off by the size of the outputs.
+    #[test]
+    fn fp8_experts_match_their_dequantised_weights() {
+        let text =
+            std::fs::read_to_string(crate::config::fixtures_dir().join("models/qwen3_moe/config.json"))
+                .unwrap();
+        let cfg = Config::from_json(&text).unwrap();
+        let mut src = RandomSource::new(Device::Cpu, DType::F32, 3);
+        src.std = 0.3;
+        src.quantize = crate::loader::Quantize::Fp8;
+        let block = MoeBlock::load(&mut src, "m", &cfg).unwrap();
+        let Experts::PerExpert { gate_up, down } = &block.experts else {
+            panic!("fp8 experts are per expert")
+        };
+        let deq = |ws: &[LinearWeight]| {
+            let ts: Vec<Tensor> = ws
+                .iter()
+                .map(|w| match w {
+                    LinearWeight::Fp8(f) => f.dequantize(DType::F32).unwrap(),
+                    LinearWeight::Dense(_) => panic!("dense expert"),
+                })
+                .collect();
+            Tensor::stack(&ts, 0).unwrap()
+        };
+        let dense = MoeBlock {
+            router: block.router.clone(),
+            experts: Experts::Stacked { gate_up: deq(gate_up), down: deq(down) },
+            top_k: block.top_k,
+            norm_topk_prob: block.norm_topk_prob,
+        };
+        let x = Tensor::randn(&[5, cfg.hidden_size], 9, DType::F32, Device::Cpu).unwrap();
+        let a = block.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        let b = dense.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        let scale = b.iter().map(|v| v.abs()).fold(0f32, f32::max);
+        let worst = a.iter().zip(&b).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+        println!("fp8 experts vs dequantised dense: max |Δ| {worst:.4} of max |y| {scale:.3}");
+        // Two e4m3 activation roundings (2^-4 relative each, at most) per expert.
+        assert!(worst <= 0.125 * scale, "max |Δ| {worst} vs max |y| {scale}");
+        // Decoding (one token) also runs grouped and agrees.
+        let one = x.narrow(0, 0, 1).unwrap();
+        let a1 = block.forward(&one).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(a1, a[..cfg.hidden_size].to_vec());
     }
 }

@@ -353,9 +353,14 @@ impl Fp8Weight {
         self.weight.shape()[1]
     }
 
-    /// Bytes held on the device: the FP8 values plus the scales.
+    /// Bytes held on the device: the FP8 values plus the scales (a per-row weight's column
+    /// scale is a view of its scale; a per-tensor one is its own `[1, N]` buffer).
     pub fn nbytes(&self) -> usize {
-        self.weight.nbytes() + self.scale.nbytes() + self.col_scale.nbytes()
+        let col = match self.granularity {
+            Granularity::Row => 0,
+            Granularity::Tensor => self.col_scale.nbytes(),
+        };
+        self.weight.nbytes() + self.scale.nbytes() + col
     }
 
     /// `weight · scale` in `dtype`.
