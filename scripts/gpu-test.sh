@@ -43,9 +43,11 @@ tests() {
 }
 bench() {
   # The default set (every suite, PyTorch beside kiln, llama-3.1-8b decode), charts, then
-  # decode and memory for every preset.
+  # decode and memory for every preset, and llama-3.1-8b with FP8 weights.
   run bench_default 300 .gpu/kiln bench --json "$RES/default.json" --plot "$RES/plots"
   run decode_all 300 .gpu/kiln bench --suite decode --preset all --json "$RES/decode-all.json"
+  # FP8 weights (--quantize fp8 on load) beside the bf16 figures above: tokens/s and memory.
+  run decode_fp8 300 .gpu/kiln bench --suite decode --preset llama-3.1-8b-fp8 --json "$RES/decode-fp8.json"
 }
 profile() {
   # Nsight Compute (clocks untouched) on the kernels that sit far above their floor, one
