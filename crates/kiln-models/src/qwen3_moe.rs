@@ -185,19 +185,25 @@ impl MoeBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loader::Quantize;
     use crate::loader::RandomSource;
     use kiln::Device;
+
+    /// The fixture qwen3_moe config and one MoE block of seeded random f32 weights.
+    fn fixture_block(quantize: Quantize) -> (Config, MoeBlock) {
+        let path = crate::config::fixtures_dir().join("models/qwen3_moe/config.json");
+        let cfg = Config::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut src = RandomSource::new(Device::Cpu, DType::F32, 3);
+        src.std = 0.3;
+        src.quantize = quantize;
+        let block = MoeBlock::load(&mut src, "m", &cfg).unwrap();
+        (cfg, block)
+    }
 
     /// The two ways of running the experts agree (and differ from a wrong routing).
     #[test]
     fn gathered_and_grouped_agree() {
-        let text =
-            std::fs::read_to_string(crate::config::fixtures_dir().join("models/qwen3_moe/config.json"))
-                .unwrap();
-        let cfg = Config::from_json(&text).unwrap();
-        let mut src = RandomSource::new(Device::Cpu, DType::F32, 3);
-        src.std = 0.3;
-        let block = MoeBlock::load(&mut src, "m", &cfg).unwrap();
+        let (cfg, block) = fixture_block(Quantize::None);
         let x = Tensor::randn(&[5, cfg.hidden_size], 9, DType::F32, Device::Cpu).unwrap();
         let (_, experts) = block.route(&x).unwrap();
         let a = block.gathered(&x, &experts).unwrap().to_vec::<f32>().unwrap();
@@ -214,14 +220,7 @@ mod tests {
     /// swapped expert would be off by the size of the outputs.
     #[test]
     fn fp8_experts_match_their_dequantised_weights() {
-        let text =
-            std::fs::read_to_string(crate::config::fixtures_dir().join("models/qwen3_moe/config.json"))
-                .unwrap();
-        let cfg = Config::from_json(&text).unwrap();
-        let mut src = RandomSource::new(Device::Cpu, DType::F32, 3);
-        src.std = 0.3;
-        src.quantize = crate::loader::Quantize::Fp8;
-        let block = MoeBlock::load(&mut src, "m", &cfg).unwrap();
+        let (cfg, block) = fixture_block(Quantize::Fp8);
         let Experts::PerExpert { gate_up, down } = &block.experts else {
             panic!("fp8 experts are per expert")
         };
