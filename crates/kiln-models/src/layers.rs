@@ -61,16 +61,19 @@ impl LinearWeight {
         matches!(self, LinearWeight::Fp8(_))
     }
 
-    /// Bytes held on the device. FP8: `N·K` values plus the f32 scales, counted once each:
-    /// a per-row weight's `[1, N]` column scale is a view of its `[N, 1]` scale (so
-    /// `N·K + 4·N`), a per-tensor weight holds its scalar and a broadcast `[1, N]` copy.
+    /// Bytes held on the device (FP8: values plus scales, `Fp8Weight::nbytes`).
     pub fn nbytes(&self) -> usize {
         match self {
             LinearWeight::Dense(w) => w.nbytes(),
-            LinearWeight::Fp8(w) => match w.granularity() {
-                Granularity::Row => w.weight().nbytes() + w.scale().nbytes(),
-                Granularity::Tensor => w.nbytes(),
-            },
+            LinearWeight::Fp8(w) => w.nbytes(),
+        }
+    }
+
+    /// The dense tensor, or `None` for an FP8 weight.
+    pub fn into_dense(self) -> Option<Tensor> {
+        match self {
+            LinearWeight::Dense(t) => Some(t),
+            LinearWeight::Fp8(_) => None,
         }
     }
 
@@ -83,14 +86,8 @@ impl LinearWeight {
             return Ok(parts.into_iter().next().expect("one part"));
         }
         if parts.iter().all(|p| !p.is_fp8()) {
-            let dense: Vec<Tensor> = parts
-                .into_iter()
-                .map(|p| match p {
-                    LinearWeight::Dense(t) => t,
-                    LinearWeight::Fp8(_) => unreachable!("all dense"),
-                })
-                .collect();
-            return Ok(LinearWeight::Dense(Tensor::cat(&dense, 0)?));
+            let dense: Option<Vec<Tensor>> = parts.into_iter().map(LinearWeight::into_dense).collect();
+            return Ok(LinearWeight::Dense(Tensor::cat(&dense.expect("all dense"), 0)?));
         }
         let (mut values, mut scales) = (Vec::with_capacity(parts.len()), Vec::with_capacity(parts.len()));
         for p in parts {
@@ -125,11 +122,15 @@ impl WeightBytes {
     }
 
     pub fn add_linear(&mut self, w: &LinearWeight) {
-        let b = w.nbytes();
-        self.total += b;
-        self.linear += b;
-        if w.is_fp8() {
-            self.fp8 += b;
+        self.add_linear_bytes(w.nbytes(), w.is_fp8());
+    }
+
+    /// `bytes` of linear-layer weights, FP8 or dense (e.g. stacked dense experts).
+    pub fn add_linear_bytes(&mut self, bytes: usize, fp8: bool) {
+        self.total += bytes;
+        self.linear += bytes;
+        if fp8 {
+            self.fp8 += bytes;
         }
     }
 }
@@ -360,12 +361,6 @@ impl Attention {
         let out =
             probs.matmul(&values)?.reshape(&[b, hq, t, d])?.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
         self.o.forward(&out)
-    }
-
-    pub fn nbytes(&self) -> usize {
-        let mut acc = WeightBytes::default();
-        self.weight_bytes(&mut acc);
-        acc.total
     }
 
     pub fn weight_bytes(&self, acc: &mut WeightBytes) {

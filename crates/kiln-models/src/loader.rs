@@ -37,13 +37,6 @@ impl Quantize {
             }
         }
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Quantize::None => "none",
-            Quantize::Fp8 => "fp8",
-        }
-    }
 }
 
 impl std::str::FromStr for Quantize {
@@ -75,12 +68,6 @@ pub trait WeightSource {
         }
         Ok(LinearWeight::Dense(w))
     }
-}
-
-/// `[names.len(), ..shape]`: the named tensors stacked (e.g. the experts of a layer).
-pub fn stacked(src: &mut dyn WeightSource, names: &[String], shape: &[usize]) -> Result<Tensor> {
-    let parts = names.iter().map(|n| src.get(n, shape)).collect::<Result<Vec<_>>>()?;
-    Tensor::stack(&parts, 0)
 }
 
 /// Reads a checkpoint folder. A missing tensor, or one of the wrong shape, does not stop

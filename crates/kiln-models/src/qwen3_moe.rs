@@ -54,14 +54,8 @@ impl MoeBlock {
             Experts::PerExpert { gate_up, down }
         } else {
             let dense = |ws: Vec<LinearWeight>| -> Result<Tensor> {
-                let ts: Vec<Tensor> = ws
-                    .into_iter()
-                    .map(|w| match w {
-                        LinearWeight::Dense(t) => t,
-                        LinearWeight::Fp8(_) => unreachable!("no FP8 expert"),
-                    })
-                    .collect();
-                Tensor::stack(&ts, 0)
+                let ts: Option<Vec<Tensor>> = ws.into_iter().map(LinearWeight::into_dense).collect();
+                Tensor::stack(&ts.expect("no FP8 expert"), 0)
             };
             Experts::Stacked { gate_up: dense(gate_up)?, down: dense(down)? }
         };
@@ -76,20 +70,13 @@ impl MoeBlock {
         &self.experts
     }
 
-    pub fn nbytes(&self) -> usize {
-        let mut acc = WeightBytes::default();
-        self.weight_bytes(&mut acc);
-        acc.total
-    }
-
     /// The router counts as dense, not linear; stacked dense experts as linear.
     pub fn weight_bytes(&self, acc: &mut WeightBytes) {
         acc.add_dense(&self.router);
         match &self.experts {
             Experts::Stacked { gate_up, down } => {
                 for t in [gate_up, down] {
-                    acc.total += t.nbytes();
-                    acc.linear += t.nbytes();
+                    acc.add_linear_bytes(t.nbytes(), false);
                 }
             }
             Experts::PerExpert { gate_up, down } => {
