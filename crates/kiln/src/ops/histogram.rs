@@ -14,16 +14,18 @@ impl Tensor {
     /// avoids the sync when the number of bins is known.
     pub fn bincount(&self, weights: Option<&Tensor>, minlength: usize) -> Result<Tensor> {
         self.check_bincount(weights)?;
-        let nbins = if self.numel() == 0 {
+        // Converted once: the range and the counting read the same int64 values.
+        let x = self.to_dtype(DType::I64)?.dense()?;
+        let nbins = if x.numel() == 0 {
             minlength
         } else {
-            let (lo, hi) = self.value_range()?;
+            let (lo, hi) = x.value_range()?;
             if lo < 0 {
                 return Err(Error::invalid("bincount", format!("input holds a negative value ({lo})")));
             }
             (hi as usize + 1).max(minlength)
         };
-        self.bincount_bounded(weights, nbins)
+        x.bincount_bounded(weights, nbins)
     }
 
     /// `bincount` with exactly `nbins` bins, no host sync (capturable in a CUDA graph):
@@ -53,14 +55,13 @@ impl Tensor {
         Ok(Tensor::from_storage(storage, &[nbins], out_dt, self.device))
     }
 
-    /// (min, max) of a non-empty integer tensor, read back to the host (the one sync of
-    /// the eager `bincount`). On the GPU one whole-GPU launch finds both.
+    /// (min, max) of a non-empty dense int64 tensor, read back to the host (the one sync
+    /// of the eager `bincount`). On the GPU one whole-GPU launch finds both.
     fn value_range(&self) -> Result<(i64, i64)> {
-        let x = self.to_dtype(DType::I64)?.dense()?;
-        let keys = match &*x.read() {
-            Storage::Cuda(b) => crate::cuda::ops::value_range_i64(b, x.numel())?,
+        let keys = match &*self.read() {
+            Storage::Cuda(b) => crate::cuda::ops::value_range_i64(b, self.numel())?,
             Storage::Cpu(_) => {
-                let (lo, hi) = (x.min(&[], false)?, x.max(&[], false)?);
+                let (lo, hi) = (self.min(&[], false)?, self.max(&[], false)?);
                 return Ok((lo.to_vec::<i64>()?[0], hi.to_vec::<i64>()?[0]));
             }
         };
