@@ -12,6 +12,9 @@
 //! - CPU: `cpu::scaled_mm` dequantises both operands in f32 and runs one f32 GEMM.
 //! - GPU, M ≤ 16 (decode): `kernels/scaled_mm.cu` `fp8_gemv`, FP8 `mma.sync` streaming the
 //!   weight once.
+//! - `linear_fp8` on the GPU with 1–16 bf16 / f16 rows skips activation quantisation and
+//!   `scaled_mm`: `kernels/fp8_linear.cu` ("w8a16") widens the weight to the activations'
+//!   type in registers and runs 16-bit `mma.sync`, in one launch.
 //! - GPU, M > 16: cuBLASLt FP8 GEMM; tensor-wise scales through `A/B_SCALE_POINTER`, row-wise
 //!   through `OUTER_VEC_32F` scale modes, or, where cuBLASLt refuses those, the named slower
 //!   path "row-wise epilogue" (unit-scale f32 GEMM + `scaled_mm_epilogue` kernel).
@@ -239,10 +242,18 @@ impl Tensor {
         Ok(Tensor::from_storage(storage, &[m, n], out_dtype, a.device()))
     }
 
-    /// `F.linear(x, w.dequantize())` computed in FP8: `x` `[..., K]` (f32, bf16 or f16) is
-    /// quantised per row to e4m3 on the fly (torchao's dynamic-activation recipe; on the GPU
-    /// one fused kernel), then multiplied with the FP8 weight by the row-wise `scaled_mm`.
-    /// The result has `x`'s dtype and shape `[..., N]`; `bias` `[N]` is added in that dtype.
+    /// `F.linear(x, w.dequantize())` with an FP8 weight: `x` `[..., K]` (f32, bf16 or f16)
+    /// times the `[N, K]` e4m3 weight and its scale; the result has `x`'s dtype and shape
+    /// `[..., N]`, and `bias` `[N]` is added in that dtype. Which path serves which case:
+    /// - CUDA, 1–16 rows (after flattening), bf16 / f16 `x`, K % 16 == 0 ("w8a16",
+    ///   `cuda/ops/fp8_linear.rs`): `x` stays 16-bit, the weight is widened exactly in
+    ///   registers, 16-bit tensor cores accumulate in f32, scale and bias are applied and the
+    ///   result rounded once, all in one launch. It is therefore closer to
+    ///   `x.linear(w.dequantize())` than the FP8 path (no activation rounding), and does not
+    ///   match the CPU's `linear_fp8` bit for bit.
+    /// - Everywhere else (CPU, f32 `x`, more rows, other K, unaligned weight rows): `x` is
+    ///   quantised per row to e4m3 (torchao's dynamic-activation recipe; on the GPU one fused
+    ///   kernel), then multiplied with the FP8 weight by the row-wise `scaled_mm`.
     pub fn linear_fp8(&self, w: &Fp8Weight, bias: Option<&Tensor>) -> Result<Tensor> {
         let (n, k) = (w.out_features(), w.in_features());
         if self.rank() == 0 || self.shape()[self.rank() - 1] != k {
@@ -254,6 +265,11 @@ impl Tensor {
         }
         let lead = &self.shape()[..self.rank() - 1];
         let x = self.reshape(&[lead.iter().product(), k])?;
+        let mut shape = lead.to_vec();
+        shape.push(n);
+        if let Some(y) = x.linear_w8a16(w, bias)? {
+            return y.reshape(&shape);
+        }
         let (xq, xs) = quantize(&x, Granularity::Row)?;
         let dt = self.dtype();
         // scaled_mm takes a bias only for 16-bit outputs; f32 adds it afterwards.
@@ -262,9 +278,49 @@ impl Tensor {
         if let (Some(b), None) = (bias, fused) {
             y = y.add(b)?;
         }
-        let mut shape = lead.to_vec();
-        shape.push(n);
         y.reshape(&shape)
+    }
+
+    /// The w8a16 path of `linear_fp8` for a CUDA `[M, K]` `self` (see there); `None` leaves
+    /// the call to the FP8 path, which also reports any device error.
+    fn linear_w8a16(&self, w: &Fp8Weight, bias: Option<&Tensor>) -> Result<Option<Tensor>> {
+        let (Device::Cuda(_), dev) = (self.device(), self.device()) else { return Ok(None) };
+        if w.weight.device() != dev || w.scale.device() != dev {
+            return Ok(None);
+        }
+        let (m, k, n, dt) = (self.shape()[0], self.shape()[1], w.out_features(), self.dtype());
+        if let Some(why) = crate::cuda::ops::fp8_linear_declines(m, n, k, dt) {
+            tracing::debug!("linear_fp8 {m}x[{n}, {k}] {dt}: FP8 path ({why})");
+            return Ok(None);
+        }
+        // A bias of another dtype, shape or device is added afterwards, as on the FP8 path.
+        let fused = bias.filter(|b| b.dtype() == dt && b.shape() == [n] && b.device() == dev);
+        let scale = w.scale.dense()?;
+        let buf = {
+            let (gx, gw, gs) = (self.read(), w.weight.read(), scale.read());
+            let gb = fused.map(|b| b.read());
+            let (Storage::Cuda(xb), Storage::Cuda(wb), Storage::Cuda(sb)) = (&*gx, &*gw, &*gs) else {
+                unreachable!("devices checked above")
+            };
+            let bias_arg = match (gb.as_deref(), fused) {
+                (Some(Storage::Cuda(b)), Some(bt)) => Some((b, &bt.layout)),
+                _ => None,
+            };
+            crate::cuda::ops::fp8_linear(crate::cuda::ops::Fp8Linear {
+                x: (xb, &self.layout),
+                w: (wb, &w.weight.layout),
+                scale: sb,
+                rowwise: w.granularity == Granularity::Row,
+                bias: bias_arg,
+                dt,
+            })?
+        };
+        let Some(buf) = buf else { return Ok(None) };
+        let mut y = Tensor::from_storage(Storage::Cuda(buf), &[m, n], dt, dev);
+        if let (Some(b), None) = (bias, fused) {
+            y = y.add(b)?;
+        }
+        Ok(Some(y))
     }
 }
 

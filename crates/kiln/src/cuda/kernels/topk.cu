@@ -140,6 +140,13 @@ __device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_
     }
 }
 
+// Warp-wide maximum in one instruction (sm_80+).
+__device__ __forceinline__ unsigned redux_max(unsigned v) {
+    unsigned r;
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
 template <typename T, int RV>
 __device__ __forceinline__ void router_warp_row(const T* xr, const float* bias, float* w_out, i64* i_out, i64 r, int k,
                                                 int sigmoid, float norm_eps) {
@@ -171,16 +178,16 @@ __device__ __forceinline__ void router_warp_row(const T* xr, const float* bias, 
         key[i] = j < r ? pack(key32(bias ? p + bias[j] : p, 1), j) : 0;
     }
     // Round t: the warp's largest remaining key goes to lane t (keys are distinct: they
-    // hold the index).
+    // hold the index). The u64 maximum is two redux.sync: the value halves, then the index
+    // halves of the lanes holding that value (ten dependent shuffles were most of the latency).
     u64 mine = 0;
     for (int t = 0; t < k; ++t) {
         u64 top = 0;
 #pragma unroll
         for (int i = 0; i < RV; ++i) top = key[i] > top ? key[i] : top;
-        for (int o = 16; o > 0; o >>= 1) {
-            u64 other = __shfl_xor_sync(0xffffffffu, top, o);
-            top = other > top ? other : top;
-        }
+        unsigned hi = redux_max((unsigned)(top >> 32));
+        unsigned lo = redux_max((unsigned)(top >> 32) == hi ? (unsigned)top : 0u);
+        top = ((u64)hi << 32) | lo;
         if (lane == t) mine = top;
 #pragma unroll
         for (int i = 0; i < RV; ++i) key[i] = key[i] == top ? 0 : key[i];

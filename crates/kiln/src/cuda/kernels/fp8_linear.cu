@@ -1,0 +1,277 @@
+// FP8-weight linear at decode ("w8a16"; Tensor::linear_fp8 for 1 <= M <= 16 rows of bf16 / f16):
+//   out[M, N] = round_T((x[M, K] · w[N, K]ᵀ) · scale + bias)
+// x: T = bf16 or f16, rows ldx elements apart; w: float8_e4m3fn [N, K], rows ldw bytes apart;
+// scale: f32, one (per tensor) or N (per output row); bias: [N] of T (ldb elements apart) or
+// none. Accumulated in f32, rounded once to T: F.linear(x, w.dequantize()) up to summation order.
+//
+// Why w8a16 instead of quantising x to e4m3 (the FP8 path: a `quantize_rows` launch, then
+// FP8 mma): at decode the weight is all the traffic, so widening it in registers costs no
+// bandwidth, saves a launch, and keeps x's 8 (bf16) / 11 (f16) significant bits instead of 4.
+//
+// Floor: N·K weight bytes (+ 2·M·K + 2·M·N + 4·N) over 4.1 TB/s; 1×4096×4096 moves 16.8 MB,
+// 4.1 µs. The 2·M·N·K FLOPs are negligible next to the tensor cores' rate.
+//
+// Layout (cuda/ops/fp8_linear.rs picks RT, KW and the warps per block):
+// - mma.sync m16n8k16 with the WEIGHT as operand A (16 output features × 16 k) and x as
+//   operand B (16 k × 8 x rows), so D is a 16 × 8 tile of outᵀ. M <= 8 then wastes no
+//   tensor-core work on the weight side; M <= 16 (MT = 2) runs a second mma on the same A.
+// - A warp owns 16·RT weight rows; lane (g = lane / 4, t = lane % 4) streams rows g and g + 8
+//   of each 16-row tile. The KW warps of a row group split K in interleaved steps of U
+//   64-byte chunks and meet in shared memory. Per step a lane issues 2·RT·U = 8 weight loads
+//   of 16 bytes (`ld.global.nc.L1::no_allocate`, read once) and 2·MT·U activation loads
+//   (plain `ld.global.nc`: x is re-read by every warp, so it stays in L1).
+// - K permutation (as fp8_gemv): in chunk c the lane loads bytes [c·64 + t·16, +16) of its
+//   weight rows, and the 32 bytes of x rows g (and g + 8) at the same k. Weight word j
+//   (bytes 4j..4j+3 of the 16) feeds mma j: its two bf16x2 / f16x2 halves are A registers
+//   a0 / a2 (row g) and a1 / a3 (row g + 8), and B registers b0 / b1 hold the x values of the
+//   same four k, in the same order. The mma only needs A's k order to equal B's, so every
+//   load is one 16-byte vector and no value crosses lanes.
+// - Widening, exact: f16 by `cvt.rn.f16x2.e4m3x2` (bytes 4j, 4j+1 | 4j+2, 4j+3; B is x's words
+//   as loaded). bf16 has no such cvt before sm_100: the halves take bytes (4j, 4j+2) and
+//   (4j+1, 4j+3) so that two shifts and selects place them — bf16 bits
+//   ((b & 0x80) << 8) | ((b & 0x7F) << 4) are the e4m3 value · 2^-120, subnormals included —
+//   then one `fma.rn.bf16x2` by 2^120 (exact; bf16 FMA keeps subnormal inputs), and B pairs
+//   x's values with one `prmt` per register.
+// - NaN: e4m3 0x7F / 0xFF would widen to ±480 by the bf16 bit trick, so each bf16 lane ORs a
+//   per-byte "low 7 bits all ones" test over its bytes and turns the outputs of a row that
+//   held one into NaN (as the CPU's dequantised product would be); f16's cvt gives NaN itself.
+// - Rows m >= M read zeros and are not stored; so are weight rows n >= N. Requires K % 16 == 0
+//   and 16-byte aligned x / w rows (the launcher checks; otherwise the FP8 path runs).
+// FP8 cvt needs sm_89+: below that the bodies trap, and the launcher refuses first.
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define KILN_HAS_FP8 1
+#endif
+
+// Warps per block, at most (the launcher's MAX_WARPS).
+#define FP8L_MAX_WARPS 8
+
+struct __align__(16) u32x4 { unsigned int x, y, z, w; };
+
+// 16 bytes of the weight, read once: no L1 allocation.
+__device__ __forceinline__ u32x4 ld_weight(const unsigned char* p) {
+    u32x4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// 16 bytes of x (every warp of every block re-reads them: keep them in L1).
+__device__ __forceinline__ u32x4 ld_act(const unsigned char* p) {
+    u32x4 v;
+    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ unsigned word(const u32x4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// Per activation type T: how a weight word widens into the A halves (lo, hi), how the x
+// words of the same four k become B registers, and the mma.
+template <typename T> struct W8;
+
+template <> struct W8<kbf> {
+    // lo = bytes (0, 2), hi = bytes (1, 3) of v, as exact bf16x2. `nan` collects bit 7 of
+    // (b & 0x7F) + 1 per byte: set only for 0x7F / 0xFF.
+    static __device__ __forceinline__ void widen(unsigned v, unsigned& lo, unsigned& hi, unsigned& nan) {
+#ifdef KILN_HAS_FP8
+        const unsigned mag = 0x07F007F0u;  // bf16 bits 4..10 of each half: e4m3 bits 0..6
+        unsigned s = v & 0x80808080u;      // the four sign bits
+        lo = ((v << 4) & mag) | ((s << 8) & ~mag);
+        hi = ((v >> 4) & mag) | (s & ~mag);
+        nan |= (v - s) + 0x01010101u;
+        // · 2^120 (bf16 0x7B80) + (-0): exact, so the bf16 value is the e4m3 value.
+        asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(lo) : "r"(0x7B807B80u), "r"(0x80008000u));
+        asm("fma.rn.bf16x2 %0, %0, %1, %2;" : "+r"(hi) : "r"(0x7B807B80u), "r"(0x80008000u));
+#endif
+    }
+    // x words w0 = (x[4j], x[4j+1]), w1 = (x[4j+2], x[4j+3]) -> b0 = (x[4j], x[4j+2]),
+    // b1 = (x[4j+1], x[4j+3]), the k order of lo / hi.
+    static __device__ __forceinline__ void pair(unsigned w0, unsigned w1, unsigned& b0, unsigned& b1) {
+        b0 = prmt(w0, w1, 0x5410u);
+        b1 = prmt(w0, w1, 0x7632u);
+    }
+    static __device__ __forceinline__ void mma(float* d, const unsigned* a, const unsigned* b) {
+#ifdef KILN_HAS_FP8
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+    }
+};
+
+template <> struct W8<kh> {
+    // lo = bytes (0, 1), hi = bytes (2, 3) of v; the cvt gives NaN for e4m3 NaN itself.
+    static __device__ __forceinline__ void widen(unsigned v, unsigned& lo, unsigned& hi, unsigned&) {
+#ifdef KILN_HAS_FP8
+        asm("{ .reg .b16 l, h;\n\t"
+            "mov.b32 {l, h}, %2;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %0, l;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %1, h; }"
+            : "=r"(lo), "=r"(hi) : "r"(v));
+#endif
+    }
+    static __device__ __forceinline__ void pair(unsigned w0, unsigned w1, unsigned& b0, unsigned& b1) {
+        b0 = w0;
+        b1 = w1;
+    }
+    static __device__ __forceinline__ void mma(float* d, const unsigned* a, const unsigned* b) {
+#ifdef KILN_HAS_FP8
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+    }
+};
+
+// One step of a warp: U 64-byte chunks of K from kb for its RT·16 weight rows and MT·8 x rows.
+// TAIL: some chunks may lie past K, and those read zeros (only a warp's last step). Other
+// steps load unconditionally: rows past N / M were clamped to valid rows by the caller, and
+// their outputs are never stored.
+template <typename T, int RT, int MT, int U, bool TAIL>
+__device__ __forceinline__ void fp8_linear_step(int kb, int t, int K, const unsigned char* const (&wrow)[RT][2],
+                                                const unsigned char* const (&xrow)[MT], float (&acc)[RT][MT][4],
+                                                unsigned (&nan)[RT][2]) {
+    const u32x4 zero = {0, 0, 0, 0};
+    u32x4 wv[U][RT][2], xv[U][MT][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        int k = kb + u * 64 + t * 16;
+        bool in = !TAIL || k < K;  // K % 16 == 0: a 16-byte piece is wholly inside or outside
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) wv[u][r][h] = in ? ld_weight(wrow[r][h] + k) : zero;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            xv[u][mt][0] = in ? ld_act(xrow[mt] + 2 * k) : zero;
+            xv[u][mt][1] = in ? ld_act(xrow[mt] + 2 * k + 16) : zero;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            // x words 2j, 2j+1 of the lane's 16 values: k + 4j .. k + 4j + 3.
+            unsigned b[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                W8<T>::pair(word(xv[u][mt][j >> 1], (j & 1) * 2), word(xv[u][mt][j >> 1], (j & 1) * 2 + 1), b[mt][0],
+                            b[mt][1]);
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+                unsigned a[4];
+                W8<T>::widen(word(wv[u][r][0], j), a[0], a[2], nan[r][0]);  // row g
+                W8<T>::widen(word(wv[u][r][1], j), a[1], a[3], nan[r][1]);  // row g + 8
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) W8<T>::mma(acc[r][mt], a, b[mt]);
+            }
+        }
+}
+
+// RT: 16-row weight tiles per warp; MT: 8-row x tiles (1 for M <= 8, 2 for M <= 16).
+// Dynamic shared memory: warps · RT·MT·4 · 32 floats when KW > 1.
+template <typename T, int RT, int MT>
+__device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw, const float* scale, int rowwise,
+                           const T* bias, i64 ldb, T* out, int M, int N, int K, int KW) {
+#ifdef KILN_HAS_FP8
+    constexpr int U = 4 / RT;            // 64-byte chunks per step: 2·RT·U = 8 weight loads
+    constexpr int NACC = RT * MT * 4;    // accumulators per lane
+    extern __shared__ float part[];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int q = warp % KW;                   // this warp's K slice within its row group
+    int groups = (blockDim.x >> 5) / KW; // row groups per block
+    i64 n0 = ((i64)blockIdx.x * groups + warp / KW) * 16 * RT;
+
+    // Rows past N / M read row N - 1 / M - 1 (their results are dropped).
+    const unsigned char* wrow[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            i64 n = n0 + r * 16 + h * 8 + g;
+            wrow[r][h] = w + (n < N ? n : N - 1) * ldw;
+        }
+    const unsigned char* xrow[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        int m = mt * 8 + g;
+        xrow[mt] = (const unsigned char*)(x + (m < M ? m : M - 1) * ldx);
+    }
+    float acc[RT][MT][4];
+    unsigned nan[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+        nan[r][0] = nan[r][1] = 0;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) acc[r][mt][0] = acc[r][mt][1] = acc[r][mt][2] = acc[r][mt][3] = 0.f;
+    }
+
+    int kb = q * 64 * U;
+    for (; kb + 64 * U <= K; kb += KW * 64 * U) fp8_linear_step<T, RT, MT, U, false>(kb, t, K, wrow, xrow, acc, nan);
+    if (kb < K) fp8_linear_step<T, RT, MT, U, true>(kb, t, K, wrow, xrow, acc, nan);
+
+    // A row whose bytes held an e4m3 NaN (bf16 path) gives NaN outputs. Lanes t of one g
+    // read different k of the same rows; accumulators 0, 1 are row g, 2, 3 row g + 8.
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            unsigned f = nan[r][h] & 0x80808080u;
+            f |= __shfl_xor_sync(0xffffffffu, f, 1);
+            f |= __shfl_xor_sync(0xffffffffu, f, 2);
+            if (f != 0)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) acc[r][mt][2 * h] = acc[r][mt][2 * h + 1] = kiln_nan();
+        }
+
+    if (KW > 1) {
+        float* mine = part + (i64)warp * NACC * 32;
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) mine[((r * MT + mt) * 4 + i) * 32 + lane] = acc[r][mt][i];
+        __syncthreads();
+    }
+    if (q != 0) return;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                // D[row][col] of lane (g, t): row g (+8 for i >= 2) = weight row, col 2t + (i & 1) = x row.
+                i64 n = n0 + r * 16 + g + (i >= 2 ? 8 : 0);
+                int m = mt * 8 + 2 * t + (i & 1);
+                float v = acc[r][mt][i];
+                for (int p = 1; p < KW; ++p) v += part[((i64)(warp + p) * NACC + (r * MT + mt) * 4 + i) * 32 + lane];
+                if (m >= M || n >= N) continue;
+                v *= rowwise ? scale[n] : scale[0];
+                if (bias) v += up<float>(bias[n * ldb]);
+                out[(i64)m * N + n] = down<T>(v);
+            }
+#else
+    __trap();
+#endif
+}
+
+#define KILN_FP8_LINEAR(S, T, RT, MT)                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * FP8L_MAX_WARPS, 1) fp8_linear_##S##_r##RT##_m##MT(            \
+        const T* x, i64 ldx, const unsigned char* w, i64 ldw, const float* scale, int rowwise, const T* bias,    \
+        i64 ldb, T* out, int M, int N, int K, int KW) {                                                         \
+        fp8_linear<T, RT, MT>(x, ldx, w, ldw, scale, rowwise, bias, ldb, out, M, N, K, KW);                    \
+    }
+#define KILN_FP8_LINEAR_T(S, T) \
+    KILN_FP8_LINEAR(S, T, 1, 1) KILN_FP8_LINEAR(S, T, 1, 2) KILN_FP8_LINEAR(S, T, 2, 1) KILN_FP8_LINEAR(S, T, 2, 2)
+KILN_FP8_LINEAR_T(bf16, kbf) KILN_FP8_LINEAR_T(f16, kh)
