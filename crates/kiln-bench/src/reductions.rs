@@ -60,10 +60,12 @@ fn softmaxes(dev: &Arc<CudaDevice>, rows: &mut Vec<Row>) -> Result<()> {
                 ("split", Some(SoftmaxPath::Split), BlockSync::OneLaunch),
                 ("split-2launch", Some(SoftmaxPath::Split), BlockSync::MultiLaunch),
                 ("cluster", Some(SoftmaxPath::Cluster), BlockSync::OneLaunch),
+                ("poll", Some(SoftmaxPath::Poll), BlockSync::OneLaunch),
             ],
             (_, 8192..) => &[
                 ("split", Some(SoftmaxPath::Split), BlockSync::OneLaunch),
                 ("cluster", Some(SoftmaxPath::Cluster), BlockSync::OneLaunch),
+                ("poll", Some(SoftmaxPath::Poll), BlockSync::OneLaunch),
             ],
             _ => &[],
         };

@@ -1,5 +1,5 @@
 //! The reductions family on the GPU against the CPU backend: softmax / log_softmax on every
-//! path (warp, block, split rows, two-launch fallback), var_mean / std_mean, mse_loss,
+//! path (warp, block, split rows, two-launch fallback, cluster, poll), var_mean / std_mean, mse_loss,
 //! bincount, top-k and the fused routers; odd sizes, -inf rows, NaN, ties, long single
 //! rows, non-last dims, and the same ops captured in a CUDA graph. See `common/mod.rs`.
 
@@ -23,6 +23,7 @@ fn each_path(mut f: impl FnMut(&str) -> R) -> R {
         ("split", Some(SoftmaxPath::Split), BlockSync::OneLaunch),
         ("split-2launch", Some(SoftmaxPath::Split), BlockSync::MultiLaunch),
         ("cluster", Some(SoftmaxPath::Cluster), BlockSync::OneLaunch),
+        ("poll", Some(SoftmaxPath::Poll), BlockSync::OneLaunch),
     ];
     let mut out = Ok(());
     for (name, path, sync) in modes {

@@ -50,25 +50,26 @@ __device__ __forceinline__ float out_scale(const float* sa, const float* sb, int
 }
 
 // ---- fp8_gemv: out[M, N] = (a[M, K] · w[N, K]ᵀ) · scales + bias, for M <= 16 ----
-// A block of 4 warps holds 4/KW row groups of NT·8 weight rows; the KW warps of a group
-// split K (interleaved 64·U-byte chunks; KW is chosen per shape so that short rows still
-// keep every warp busy), each lane loading 16 contiguous bytes of a weight row per step,
+// A block of W = blockDim.x / 32 warps (4 or 8) holds W/KW row groups of NT·8 weight rows;
+// the KW warps of a group split K (interleaved 64·U-byte chunks; KW is chosen per shape so
+// that the grid has enough warps, each with few steps: a warp's steps wait on DRAM one after
+// another), each lane loading 16 contiguous bytes of a weight row per step,
 // U·NT loads in flight. The mma's k order is a permutation of memory order, the same for A
 // and B (lane group t holds bytes t·16 .. t·16+15 of a 64-byte chunk: bytes 0–7 feed one
 // mma, 8–15 the next), so every load is a 16-byte vector with no shuffles. Rows m < 8 of A
 // come from lanes' g = m, rows 8..15 from the second A register pair. A group's partial
 // sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
-#define FP8_GEMV_WARPS 4
+#define FP8_GEMV_MAX_WARPS 8
 
 template <typename AT, typename BT, typename O, int NT, int U>
 __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa,
                          const float* sb, int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {
 #ifdef KILN_HAS_FP8
-    __shared__ float part[FP8_GEMV_WARPS][NT][4][32];
+    __shared__ float part[FP8_GEMV_MAX_WARPS][NT][4][32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int q = warp % KW;  // this warp's K slice within its row group
-    i64 n0 = ((i64)blockIdx.x * (FP8_GEMV_WARPS / KW) + warp / KW) * 8 * NT;
+    i64 n0 = ((i64)blockIdx.x * ((int)(blockDim.x >> 5) / KW) + warp / KW) * 8 * NT;
     float acc[NT][4];
     const unsigned char* wrow[NT];
     bool wok[NT];
@@ -132,7 +133,7 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
 }
 
 #define KILN_GEMV(AS, AT, BS, BT, OS, O, NT, U)                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS) fp8_gemv_##AS##_##BS##_##OS##_##NT(   \
+    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_MAX_WARPS) fp8_gemv_##AS##_##BS##_##OS##_##NT( \
         const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa, const float* sb, \
         int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {                                  \
         fp8_gemv<AT, BT, O, NT, U>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K, KW);                \

@@ -6,10 +6,11 @@
 // +0 tie) above the complement of its index, so a larger u64 ranks first and equal values
 // rank by lower index, as in PyTorch. 0 is the empty candidate.
 //
-// topk_stage: a block takes up to TOPK_CHUNK candidates of one row into shared memory and
-// ranks each by counting the candidates above it (stopping at k); those ranked below k
-// land at their rank. A long row takes several stages (launches), each cutting the
-// candidates by TOPK_CHUNK / k; the last writes values and int64 indices.
+// topk_stage: a warp takes a segment of up to TOPK_SEG candidates of one row into registers
+// (TOPK_V per lane) and picks its k best in k rounds, each a warp-wide maximum (two
+// redux.sync) that the owning lane then drops: the picks come out in rank order with no
+// shared memory or block barrier. A long row takes several stages (launches), each cutting
+// the candidates by TOPK_SEG / k; the last writes values and int64 indices.
 //
 // router_topk: one block per row of at most ROUTER_MAX experts, one launch: softmax (or
 // sigmoid) scores in shared memory, selection by score (+ bias), the same ranking, then
@@ -18,7 +19,8 @@
 // scores stay in registers and the k picks are k rounds of a warp-wide max of the keys, with
 // no shared memory and no block barrier (decode routes one token: this is its latency).
 
-#define TOPK_CHUNK 1024
+#define TOPK_V 8
+#define TOPK_SEG (32 * TOPK_V)
 #define TOPK_MAX_K 64
 #define ROUTER_MAX 2048
 
@@ -52,7 +54,7 @@ __device__ void rank_into(const u64* s, int len, int k, u64* best) {
         u64 mine = s[t];
         int above = 0;
         // Eight reads between checks, in flight together: with one check per read the
-        // loop ran at shared-memory latency (80 µs for a 1024-candidate stage).
+        // loop ran at shared-memory latency.
         for (int j = 0; j < len && above < k; j += 8) {
 #pragma unroll
             for (int q = 0; q < 8; ++q) above += j + q < len && s[j + q] > mine;
@@ -62,32 +64,67 @@ __device__ void rank_into(const u64* s, int len, int k, u64* best) {
     __syncthreads();
 }
 
-// One stage over `outer` rows of `n` candidates in `chunks` chunks: from the values `x`
-// (rows of r, when `cand` is null) or from packed candidates. Writes k per chunk to `dst`,
-// or, when `vals` is set (one chunk), the values and indices.
+// Warp-wide maximum in one instruction (sm_80+).
+__device__ __forceinline__ unsigned redux_max(unsigned v) {
+    unsigned r;
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
+// The warp's largest u64 (keys are distinct: they hold the index) as two redux.sync: the
+// value halves, then the index halves of the lanes holding that value.
+__device__ __forceinline__ u64 warp_max_key(u64 mine) {
+    unsigned hi = redux_max((unsigned)(mine >> 32));
+    unsigned lo = redux_max((unsigned)(mine >> 32) == hi ? (unsigned)mine : 0u);
+    return ((u64)hi << 32) | lo;
+}
+
+// One stage over `outer` rows of `n` candidates in `segs` segments: from the values `x`
+// (rows of r, when `cand` is null) or from packed candidates. Writes k per segment to `dst`
+// (0 where a segment has fewer than k), or, when `vals` is set (one segment), the values
+// and indices.
 template <typename T>
-__device__ void topk_stage(const T* x, const u64* cand, i64 outer, i64 n, i64 r, int k, int largest, i64 chunks,
+__device__ void topk_stage(const T* x, const u64* cand, i64 outer, i64 n, i64 r, int k, int largest, i64 segs,
                            u64* dst, T* vals, i64* idxs) {
-    __shared__ u64 s[TOPK_CHUNK];
-    __shared__ u64 best[TOPK_MAX_K];
-    for (i64 u = blockIdx.x; u < outer * chunks; u += gridDim.x) {
-        i64 row = u / chunks, begin = (u - row * chunks) * TOPK_CHUNK;
-        int len = (int)min((i64)TOPK_CHUNK, n - begin);
-        for (int t = threadIdx.x; t < len; t += blockDim.x) {
-            i64 j = begin + t;
-            s[t] = cand ? cand[row * n + j] : pack(key32(x[row * r + j], largest), j);
+    const int lane = threadIdx.x & 31;
+    const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+    // Whole warps iterate together: the redux below needs all 32 lanes.
+    for (i64 w = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w < outer * segs; w += warps) {
+        const i64 row = w / segs, begin = (w - row * segs) * TOPK_SEG;
+        u64 key[TOPK_V];
+#pragma unroll
+        for (int i = 0; i < TOPK_V; ++i) {
+            const i64 j = begin + lane + 32 * i;
+            key[i] = j < n ? (cand ? cand[row * n + j] : pack(key32(x[row * r + j], largest), j)) : 0;
         }
-        rank_into(s, len, k, best);
-        for (int t = threadIdx.x; t < k; t += blockDim.x) {
+        u64 best = 0;
+#pragma unroll
+        for (int i = 0; i < TOPK_V; ++i) best = key[i] > best ? key[i] : best;
+        u64 pick[TOPK_MAX_K / 32] = {0, 0};  // pick t sits in lane t % 32, slot t / 32
+        for (int t = 0; t < k; ++t) {
+            const u64 top = warp_max_key(best);
+            if (lane == (t & 31)) pick[t >> 5] = top;
+            if (top != 0 && best == top) {  // the owner drops it and finds its next best
+                best = 0;
+#pragma unroll
+                for (int i = 0; i < TOPK_V; ++i) {
+                    key[i] = key[i] == top ? 0 : key[i];
+                    best = key[i] > best ? key[i] : best;
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < TOPK_MAX_K / 32; ++h) {
+            const int t = lane + 32 * h;
+            if (t >= k) break;
             if (vals) {
-                i64 j = unpack_index(best[t]);
+                const i64 j = unpack_index(pick[h]);
                 vals[row * k + t] = x[row * r + j];
                 idxs[row * k + t] = j;
             } else {
-                dst[u * k + t] = best[t];
+                dst[w * k + t] = pick[h];
             }
         }
-        __syncthreads();
     }
 }
 
@@ -140,13 +177,6 @@ __device__ void router_topk(const T* x, const float* bias, float* w_out, i64* i_
     }
 }
 
-// Warp-wide maximum in one instruction (sm_80+).
-__device__ __forceinline__ unsigned redux_max(unsigned v) {
-    unsigned r;
-    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
-    return r;
-}
-
 template <typename T, int RV>
 __device__ __forceinline__ void router_warp_row(const T* xr, const float* bias, float* w_out, i64* i_out, i64 r, int k,
                                                 int sigmoid, float norm_eps) {
@@ -177,17 +207,14 @@ __device__ __forceinline__ void router_warp_row(const T* xr, const float* bias, 
         float p = router_score(v[i], m, s, sigmoid);
         key[i] = j < r ? pack(key32(bias ? p + bias[j] : p, 1), j) : 0;
     }
-    // Round t: the warp's largest remaining key goes to lane t (keys are distinct: they
-    // hold the index). The u64 maximum is two redux.sync: the value halves, then the index
-    // halves of the lanes holding that value (ten dependent shuffles were most of the latency).
+    // Round t: the warp's largest remaining key goes to lane t (two redux.sync; ten
+    // dependent shuffles were most of this kernel's latency).
     u64 mine = 0;
     for (int t = 0; t < k; ++t) {
         u64 top = 0;
 #pragma unroll
         for (int i = 0; i < RV; ++i) top = key[i] > top ? key[i] : top;
-        unsigned hi = redux_max((unsigned)(top >> 32));
-        unsigned lo = redux_max((unsigned)(top >> 32) == hi ? (unsigned)top : 0u);
-        top = ((u64)hi << 32) | lo;
+        top = warp_max_key(top);
         if (lane == t) mine = top;
 #pragma unroll
         for (int i = 0; i < RV; ++i) key[i] = key[i] == top ? 0 : key[i];

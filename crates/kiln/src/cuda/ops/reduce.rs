@@ -30,12 +30,17 @@ pub fn set_block_sync(mode: BlockSync) {
     BLOCK_SYNC.store((mode == BlockSync::MultiLaunch) as u8, Ordering::Relaxed);
 }
 
-/// Per (device, stream): two u32 words zeroed once, `[grid barrier, last-block counter]`.
-/// Every kernel leaves them as it found them (see `grid_barrier` / `last_block` in
-/// common.cuh), so they are never reset. Kernels on one stream run in order, so a pair per
-/// stream suffices; a captured graph keeps the pair of the stream it was captured on (as
-/// cuBLAS keeps its per-stream workspace), so replay it there or while that stream is idle.
+/// Per (device, stream), zeroed once: u32 words `[grid barrier, last-block counter, poll
+/// epoch, unused]`, then `POLL_SLOTS` softmax-poll slots of 16 bytes. The barrier and counter
+/// are left as found by every kernel (see `grid_barrier` / `last_block` in common.cuh); the
+/// epoch counts softmax_poll launches and tags their slots (softmax.cu). None is ever reset.
+/// Kernels on one stream run in order, so one set per stream suffices; a captured graph
+/// keeps the set of the stream it was captured on (as cuBLAS keeps its per-stream
+/// workspace), so replay it there or while that stream is idle.
 static SYNC_WORDS: Mutex<Vec<((usize, usize), DeviceBuffer)>> = Mutex::new(Vec::new());
+/// Blocks a softmax_poll launch may have (its slots).
+const POLL_SLOTS: usize = 1024;
+const SYNC_BYTES: usize = 16 + 16 * POLL_SLOTS;
 
 /// The current stream's sync words, or `None` when blocks must meet by a second launch:
 /// [`BlockSync::MultiLaunch`], or the stream is being captured and has none yet (made
@@ -53,7 +58,7 @@ pub(crate) fn sync_words(dev: &CudaDevice) -> Result<Option<u64>> {
     if stream.is_capturing()? {
         return Ok(None);
     }
-    let b = dev.alloc_zeroed(8)?;
+    let b = dev.alloc_zeroed(SYNC_BYTES)?;
     let p = b.ptr();
     words.push((key, b));
     Ok(Some(p))
@@ -93,20 +98,23 @@ fn split_plan(outer: usize, r: usize, tile: usize, max_blocks: usize) -> (usize,
 pub enum SoftmaxPath {
     /// v1: a block per row, three passes.
     Rows,
-    /// v2: a warp per row, the row in registers (rows of at most 1024).
+    /// v2: a warp per row, the row in registers (rows of at most 1024 = `WARP_ROW_MAX`).
     Warp,
     /// v3: rows in chunks of a block each, merged (one block per row for medium rows).
     Split,
     /// v4: a row over a cluster of 8 blocks, in registers (sm_90+, f32/f16/bf16, rows of
     /// at most `CLUSTER_ROW_MAX`).
     Cluster,
+    /// v5: rows over co-resident blocks that poll each other's (max, sum) slots, in
+    /// registers (f32/f16/bf16; as many blocks as a cooperative launch may have).
+    Poll,
 }
 
 static SOFTMAX_PATH: AtomicU8 = AtomicU8::new(0);
 
 /// Forces a softmax path (`None`: chosen by shape), process-wide, for tests and benchmarks.
-/// A forced `Warp` still takes `Split` for rows longer than 1024, a forced `Cluster` where
-/// it does not apply.
+/// A forced `Warp` still takes `Split` for rows longer than 1024, a forced `Cluster` or
+/// `Poll` where it does not apply.
 pub fn set_softmax_path(path: Option<SoftmaxPath>) {
     let code = match path {
         None => 0,
@@ -114,6 +122,7 @@ pub fn set_softmax_path(path: Option<SoftmaxPath>) {
         Some(SoftmaxPath::Warp) => 2,
         Some(SoftmaxPath::Split) => 3,
         Some(SoftmaxPath::Cluster) => 4,
+        Some(SoftmaxPath::Poll) => 5,
     };
     SOFTMAX_PATH.store(code, Ordering::Relaxed);
 }
@@ -127,11 +136,33 @@ const CLUSTER_THREADS: u32 = 512;
 const CLUSTER_V: [usize; 3] = [8, 16, 32];
 const CLUSTER_ROW_MAX: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 32;
 /// By shape (H200, 2026-12-03: bench/results), the cluster kernel serves `outer` rows of `r`
-/// when 4096 < r and outer <= 32, and either r <= 32768 (one row: 5.3 µs vs split's 6.2 at
-/// 32000) or outer >= 16 (32 x 128256: 19.5 vs 22.9 µs). A lone row of 128256 is faster
-/// split over many SMs (6.4 vs 8.7 µs): eight SMs cannot keep enough loads in flight.
+/// when 4096 < r and outer <= 32, and either r <= 32768 (5.3 µs vs split's 6.2 at 1 x 32000)
+/// or outer >= 16 (32 x 128256: 19.5 vs 22.9 µs). A lone row of more than 4096 takes the
+/// poll kernel (2026-12-03 lab, same GPU: 1 x 32000 3.2 µs, 1 x 128256 3.8, 1 x 262144 4.9;
+/// cluster 5.7 and 9.8, split 5.5, 6.3 and 7.0).
 fn cluster_wins(outer: usize, r: usize) -> bool {
     r > 4096 && outer <= 32 && (r <= 32768 || outer >= 16)
+}
+fn poll_wins(outer: usize, r: usize) -> bool {
+    outer == 1 && r > 4096
+}
+/// `softmax_poll<V4>` shapes as (threads, V4): chunks of 1024, 2048 and 4096 elements. A row
+/// takes the smallest chunk that needs at most 32 blocks, else the largest (lab, H200:
+/// 1 x 32000 on 32 chunks of 1024 3.2 µs against 8 of 4096 3.8; 1 x 128256 on 32 of 4096).
+const POLL_SHAPES: [(u32, usize); 3] = [(256, 1), (512, 1), (512, 2)];
+const POLL_BLOCKS_PER_ROW: usize = 32;
+
+/// (threads, V4, blocks per row, chunk) of `softmax_poll` for `outer` rows of `r`, or `None`
+/// when the grid would exceed what a cooperative launch (or the slots) allow.
+fn poll_plan(dev: &CudaDevice, outer: usize, r: usize) -> Option<(u32, usize, usize, usize)> {
+    let chunk_of = |&(t, v4): &(u32, usize)| t as usize * 4 * v4;
+    let shape = POLL_SHAPES
+        .iter()
+        .find(|s| r.div_ceil(chunk_of(s)) <= POLL_BLOCKS_PER_ROW)
+        .unwrap_or(&POLL_SHAPES[POLL_SHAPES.len() - 1]);
+    let chunk = chunk_of(shape);
+    let bpr = r.div_ceil(chunk).max(1);
+    (outer * bpr <= coop_blocks(dev).min(POLL_SLOTS)).then_some((shape.0, shape.1, bpr, chunk))
 }
 /// Threads and values per thread of `softmax_split` (`SPLIT_V`): its tile.
 const SPLIT_THREADS: u32 = 512;
@@ -219,11 +250,14 @@ pub fn var_mean(
 /// The path for `outer` rows of `r` of `dt`: forced, or by shape.
 fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> SoftmaxPath {
     let cluster_ok = dev.props().cc_major >= 9 && dt != DType::F64 && r <= CLUSTER_ROW_MAX;
+    let poll_ok = dt != DType::F64 && poll_plan(dev, outer, r).is_some();
     match SOFTMAX_PATH.load(Ordering::Relaxed) {
         1 => SoftmaxPath::Rows,
         0 | 2 if r <= WARP_ROW_MAX => SoftmaxPath::Warp,
+        0 if poll_ok && poll_wins(outer, r) => SoftmaxPath::Poll,
         0 if cluster_ok && cluster_wins(outer, r) => SoftmaxPath::Cluster,
         4 if cluster_ok => SoftmaxPath::Cluster,
+        5 if poll_ok => SoftmaxPath::Poll,
         _ => SoftmaxPath::Split,
     }
 }
@@ -243,10 +277,11 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             unsafe { launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); xp, op_, outer64, r64, lg)? };
         }
         SoftmaxPath::Warp => {
-            let v = [1, 4, 8, 32].into_iter().find(|v| 32 * v >= r).unwrap_or(32);
-            let f = dev.function(&SOFTMAX, &format!("softmax_warp{v}_{sfx}"))?;
+            let v4 = [1, 2, 8].into_iter().find(|v| 128 * v >= r).unwrap_or(8);
+            let f = dev.function(&SOFTMAX, &format!("softmax_warp{v4}_{sfx}"))?;
             // Eight rows (warps) per block; the kernel loops when rows outnumber warps.
-            // SAFETY: reads and writes outer·r contiguous elements, r <= 32·v.
+            // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
+            // aligned, softmax.cu: whole4), r <= 128·v4.
             unsafe {
                 launch!(dev.stream(), f, cfg(outer.div_ceil(8).min(1 << 20), 256); xp, op_, outer64, r64, lg)?
             };
@@ -263,7 +298,21 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
                 launch!(dev.stream(), f, cfg(outer * CLUSTER_BLOCKS, CLUSTER_THREADS); xp, op_, r64, chunk64, lg)?
             };
         }
-        SoftmaxPath::Split => {
+        SoftmaxPath::Poll if sync_words(&dev)?.is_some() => {
+            let (threads, v4, bpr, chunk) = poll_plan(&dev, outer, r).expect("softmax_path checked the plan");
+            let f = dev.function(&SOFTMAX, &format!("softmax_poll{v4}_{sfx}"))?;
+            let sync = sync_words(&dev)?.unwrap_or(0);
+            let (bpr64, chunk64) = (bpr as i64, chunk as i64);
+            let stream = dev.stream();
+            let mut b = stream.raw().launch_builder(&f);
+            b.arg(&xp).arg(&op_).arg(&r64).arg(&bpr64).arg(&chunk64).arg(&lg).arg(&sync);
+            // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
+            // aligned, softmax.cu: whole4); `sync` is this stream's sync area, whose POLL_SLOTS
+            // slots cover the outer·bpr blocks (poll_plan); the cooperative launch makes those
+            // blocks (<= coop_blocks, <= 512 threads) all resident, which the polling needs.
+            unsafe { b.launch_cooperative(cfg(outer * bpr, threads))? };
+        }
+        SoftmaxPath::Split | SoftmaxPath::Poll => {
             let f = dev.function(&SOFTMAX, &format!("softmax_split_{sfx}"))?;
             let (bpr, chunk) = split_plan(outer, r, SPLIT_TILE, coop_blocks(&dev));
             let part = dev.alloc(if bpr > 1 { outer * bpr * 2 * acc_size(dt) } else { 0 })?;

@@ -7,10 +7,10 @@ use crate::cuda::{DeviceBuffer, PushKernelArg};
 use crate::error::{Error, Result};
 use crate::{DType, Device};
 
-/// Largest k of the GPU kernels (`TOPK_MAX_K`), candidates a stage block ranks
-/// (`TOPK_CHUNK`) and the most experts a router block holds (`ROUTER_MAX`).
+/// Largest k of the GPU kernels (`TOPK_MAX_K`), candidates a stage warp holds (`TOPK_SEG`)
+/// and the most experts a router block holds (`ROUTER_MAX`).
 pub const TOPK_MAX_K: usize = 64;
-const TOPK_CHUNK: usize = 1024;
+const TOPK_SEG: usize = 256;
 pub const ROUTER_MAX: usize = 2048;
 
 fn check_k(op: &'static str, k: usize, r: usize) -> Result<()> {
@@ -43,27 +43,28 @@ pub fn topk(
     }
     let f = dev.function(&TOPK, &format!("topk_stage_{}", suffix("topk", dt)?))?;
     let (xp, outer64, r64, k32, lg) = (x.ptr(), outer as i64, r as i64, k as i32, largest as i32);
-    // Stage after stage, each cutting a row's candidates by TOPK_CHUNK / k, until one chunk
+    // Stage after stage, each cutting a row's candidates by TOPK_SEG / k, until one segment
     // per row is left; that last stage writes values and indices.
-    let (mut n, mut chunks) = (r, r.div_ceil(TOPK_CHUNK));
+    let (mut n, mut segs) = (r, r.div_ceil(TOPK_SEG));
     let mut cand: Option<DeviceBuffer> = None;
     loop {
-        let last = chunks == 1;
-        let dst = dev.alloc(if last { 0 } else { outer * chunks * k * 8 })?;
+        let last = segs == 1;
+        let dst = dev.alloc(if last { 0 } else { outer * segs * k * 8 })?;
         let (cp, dp) = (cand.as_ref().map_or(0, |c| c.ptr()), dst.ptr());
         let (vp, ip) = if last { (vals.ptr(), idxs.ptr()) } else { (0, 0) };
-        let (n64, chunks64) = (n as i64, chunks as i64);
+        let (n64, segs64) = (n as i64, segs as i64);
+        // A warp per segment, eight per block (the kernel loops when segments outnumber warps).
         // SAFETY: reads outer·r elements of `x` (and outer·n candidates when `cp` is set);
-        // writes outer·chunks·k candidates to `dst`, or outer·k values and indices.
+        // writes outer·segs·k candidates to `dst`, or outer·k values and indices.
         unsafe {
-            launch!(dev.stream(), f, cfg((outer * chunks).min(1 << 20), 512); xp, cp, outer64, n64, r64, k32, lg, chunks64, dp, vp, ip)?
+            launch!(dev.stream(), f, cfg((outer * segs).div_ceil(8).min(1 << 20), 256); xp, cp, outer64, n64, r64, k32, lg, segs64, dp, vp, ip)?
         };
         if last {
             return Ok((vals, idxs));
         }
         cand = Some(dst);
-        n = chunks * k;
-        chunks = n.div_ceil(TOPK_CHUNK);
+        n = segs * k;
+        segs = n.div_ceil(TOPK_SEG);
     }
 }
 
