@@ -18,8 +18,9 @@ pub enum LinearWeight {
     /// In the model dtype; runs `Tensor::linear`.
     Dense(Tensor),
     /// float8_e4m3fn values with f32 per-tensor or per-output-channel scales; runs
-    /// `Tensor::linear_fp8` (activations quantised per row on the fly, output in the
-    /// activations' dtype).
+    /// `Tensor::linear_fp8` (at decode on CUDA the 16-bit activations meet the widened
+    /// weight; otherwise they are quantised per row on the fly), output in the activations'
+    /// dtype.
     Fp8(Fp8Weight),
 }
 

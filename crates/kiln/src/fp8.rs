@@ -293,8 +293,13 @@ impl Tensor {
             tracing::debug!("linear_fp8 {m}x[{n}, {k}] {dt}: FP8 path ({why})");
             return Ok(None);
         }
-        // A bias of another dtype, shape or device is added afterwards, as on the FP8 path.
-        let fused = bias.filter(|b| b.dtype() == dt && b.shape() == [n] && b.device() == dev);
+        // A bias of x's dtype must be [N] on x's device (the FP8 path's `scaled_mm` reports
+        // it otherwise); one of another dtype is added afterwards, as there.
+        let fused = match bias {
+            Some(b) if b.dtype() == dt && (b.shape() != [n] || b.device() != dev) => return Ok(None),
+            Some(b) if b.dtype() == dt => Some(b),
+            _ => None,
+        };
         let scale = w.scale.dense()?;
         let buf = {
             let (gx, gw, gs) = (self.read(), w.weight.read(), scale.read());

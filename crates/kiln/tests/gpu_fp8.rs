@@ -1,11 +1,14 @@
 //! FP8 on the GPU against the CPU backend: the quantisers (bit for bit), `scaled_mm` on the
 //! decode kernel (M ≤ 16) and on cuBLASLt (both scale recipes, the row-wise epilogue path,
 //! every output dtype, bias, odd M and N, unaligned views, K = 0, empty), and
-//! `linear_fp8`. See `common/mod.rs` for the harness.
+//! `linear_fp8`: on its FP8 path against the CPU's, and at decode (≤ 16 bf16 / f16 rows, the
+//! w8a16 kernel) against `x.linear(w.dequantize())` in f32. See `common/mod.rs` for the
+//! harness.
 
 mod common;
 
 use common::{e, same, tol_of, Case, Ctx, CPU};
+use kiln::cuda::ops::W8A16_MAX_M;
 use kiln::fp8::{quantize, Fp8Weight, Granularity};
 use kiln::{DType, Tensor};
 use std::process::ExitCode;
@@ -155,11 +158,100 @@ fn linear(cx: &mut Ctx) -> R {
             let fwc = Fp8Weight::quantize(&wc, gran).map_err(e)?;
             same("Fp8Weight values", fw.weight(), fwc.weight(), 0.0)?;
             let g = x.linear_fp8(&fw, Some(&b)).map_err(e)?;
-            let c = xc.linear_fp8(&fwc, Some(&bc)).map_err(e)?;
+            // ≤ 16 rows run the w8a16 kernel, which does not quantise x: its reference is
+            // the dequantised product; more rows run the FP8 path on both devices.
+            let c = if lead.iter().product::<usize>() <= W8A16_MAX_M {
+                dequantised_linear(&xc, &fwc, Some(&bc)).map_err(e)?
+            } else {
+                xc.linear_fp8(&fwc, Some(&bc)).map_err(e)?
+            };
             same(&format!("linear_fp8 {xs:?}x[{n},{k}] {gran:?}"), &g, &c, tol_of(DType::BF16))?;
         }
     }
     Ok(())
+}
+
+/// `F.linear(x, w.dequantize())` on the CPU in f32, rounded once to x's dtype.
+fn dequantised_linear(xc: &Tensor, wc: &Fp8Weight, bc: Option<&Tensor>) -> kiln::Result<Tensor> {
+    let b32 = bc.map(|b| b.to_dtype(DType::F32)).transpose()?;
+    xc.to_dtype(DType::F32)?.linear(&wc.dequantize(DType::F32)?, b32.as_ref())?.to_dtype(xc.dtype())
+}
+
+/// `linear_fp8` at decode on the w8a16 kernel against `x.linear(w.dequantize())` computed in
+/// f32 on the CPU and rounded once: bf16 and f16 x, 1–16 rows, odd N, short and long K,
+/// per-row and per-tensor scales, with and without bias. Tolerance: the output's rounding
+/// (both sides round once, so they may differ by an ulp) plus f32 summation order.
+fn w8a16(cx: &mut Ctx) -> R {
+    let shapes = [(1, 16), (7, 48), (33, 1040), (200, 4096), (4104, 4096), (200, 16), (1, 1040), (4104, 48)];
+    for (n, k) in shapes {
+        let (_, wc) = cx.pair(&[n, k], DType::F32, 0.05).map_err(e)?;
+        for gran in [Granularity::Row, Granularity::Tensor] {
+            // One quantised weight, bit-identical on both devices.
+            let fwc = Fp8Weight::quantize(&wc, gran).map_err(e)?;
+            let fw = fwc.to_device(cx.gpu).map_err(e)?;
+            let w32 = fwc.dequantize(DType::F32).map_err(e)?;
+            for dt in [DType::BF16, DType::F16] {
+                let (b, bc) = cx.pair(&[n], dt, 1.0).map_err(e)?;
+                for m in [1, 2, 5, 8, 9, 16] {
+                    let (x, xc) = cx.pair(&[m, k], dt, 1.0).map_err(e)?;
+                    let y32 = xc.to_dtype(DType::F32).map_err(e)?.linear(&w32, None).map_err(e)?;
+                    for bias in [false, true] {
+                        let name = format!("w8a16 {m}x[{n},{k}] {dt} {gran:?} bias={bias}");
+                        let g = x.linear_fp8(&fw, bias.then_some(&b)).map_err(|x| format!("{name}: {x}"))?;
+                        let c = if bias {
+                            y32.add(&bc.to_dtype(DType::F32).map_err(e)?).map_err(e)?
+                        } else {
+                            y32.clone()
+                        };
+                        same(&name, &g, &c.to_dtype(dt).map_err(e)?, tol_of(dt))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The w8a16 kernel on views: x at an aligned offset (read in place) or an odd one (copied),
+/// leading dims, a strided bias and a bias of another dtype (added afterwards); and K not a
+/// multiple of 16, which the kernel declines and `linear_fp8` refuses on either device.
+fn w8a16_views(cx: &mut Ctx) -> R {
+    let (n, k, m) = (37, 64, 6);
+    let (_, wc) = cx.pair(&[n, k], DType::F32, 0.05).map_err(e)?;
+    let fwc = Fp8Weight::quantize(&wc, Granularity::Row).map_err(e)?;
+    let fw = fwc.to_device(cx.gpu).map_err(e)?;
+    for dt in [DType::BF16, DType::F16] {
+        let (flat, flatc) = cx.pair(&[m * k + 8], dt, 1.0).map_err(e)?;
+        for off in [8, 1] {
+            let at = |t: &Tensor| t.narrow(0, off, m * k).and_then(|v| v.view(&[m, k]));
+            let (x, xc) = (at(&flat).map_err(e)?, at(&flatc).map_err(e)?);
+            let g = x.linear_fp8(&fw, None).map_err(e)?;
+            let c = dequantised_linear(&xc, &fwc, None).map_err(e)?;
+            same(&format!("w8a16 x at offset {off} {dt}"), &g, &c, tol_of(dt))?;
+        }
+        let (x, xc) = cx.pair(&[2, 3, k], dt, 1.0).map_err(e)?;
+        let (b2, b2c) = cx.pair(&[2 * n], dt, 1.0).map_err(e)?;
+        let (bs, bsc) = (b2.slice(0, 0, 2 * n, 2).map_err(e)?, b2c.slice(0, 0, 2 * n, 2).map_err(e)?);
+        let g = x.linear_fp8(&fw, Some(&bs)).map_err(e)?;
+        let c = dequantised_linear(&xc, &fwc, Some(&bsc)).map_err(e)?;
+        if g.shape() != [2, 3, n] {
+            return Err(format!("w8a16 [2, 3, {k}]: shape {:?}", g.shape()));
+        }
+        same(&format!("w8a16 [2, 3, {k}] strided bias {dt}"), &g, &c, tol_of(dt))?;
+        let (b32, b32c) = cx.pair(&[n], DType::F32, 1.0).map_err(e)?;
+        let g = x.linear_fp8(&fw, Some(&b32)).map_err(e)?;
+        let c = dequantised_linear(&xc, &fwc, None).map_err(e)?.add(&b32c).map_err(e)?;
+        same(&format!("w8a16 f32 bias {dt}"), &g, &c, tol_of(dt))?;
+    }
+    // K = 40: not the kernel's; the FP8 path's scaled_mm needs K % 16 == 0 on both devices.
+    let (_, wc) = cx.pair(&[24, 40], DType::F32, 0.05).map_err(e)?;
+    let fwc = Fp8Weight::quantize(&wc, Granularity::Row).map_err(e)?;
+    let fw = fwc.to_device(cx.gpu).map_err(e)?;
+    let (x, xc) = cx.pair(&[3, 40], DType::BF16, 1.0).map_err(e)?;
+    match (x.linear_fp8(&fw, None), xc.linear_fp8(&fwc, None)) {
+        (Err(g), Err(c)) if g.to_string() == c.to_string() => Ok(()),
+        (g, c) => Err(format!("linear_fp8 K = 40: GPU {g:?} vs CPU {c:?}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -169,6 +261,8 @@ fn main() -> ExitCode {
         ("cublaslt", cublaslt),
         ("layouts", layouts),
         ("linear", linear),
+        ("w8a16", w8a16),
+        ("w8a16_views", w8a16_views),
     ];
     common::run("gpu_fp8", cases)
 }

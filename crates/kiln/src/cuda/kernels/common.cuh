@@ -51,6 +51,31 @@ template <typename T, typename A> __device__ __forceinline__ T down(A v) { retur
 template <> __device__ __forceinline__ kh down<kh, float>(float v) { return f2h(v); }
 template <> __device__ __forceinline__ kbf down<kbf, float>(float v) { return f2bf(v); }
 
+// FP8 cvt / mma need sm_89+ (scaled_mm.cu, fp8_linear.cu: below that their bodies trap,
+// and the launchers refuse first).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define KILN_HAS_FP8 1
+#endif
+
+// ---- 16-byte loads of the decode kernels (fp8_gemv, fp8_linear) ----
+struct __align__(16) u32x4 { unsigned int x, y, z, w; };
+
+// A weight's 16 bytes, read once: no L1 allocation; L2 fetches 256 bytes, as a warp reads
+// each row 64 bytes per load and the rest of the 256 follows in the next loads.
+__device__ __forceinline__ u32x4 ld_stream16(const unsigned char* p) {
+    u32x4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// 16 bytes of the activations, re-read by every warp and block: kept in L1.
+__device__ __forceinline__ u32x4 ld_keep16(const unsigned char* p) {
+    u32x4 v;
+    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
 // bool as its own type so conversions normalise to 0 / 1.
 struct kbool { unsigned char v; };
 template <> __device__ __forceinline__ i64 up<i64, kbool>(kbool v) { return v.v != 0; }

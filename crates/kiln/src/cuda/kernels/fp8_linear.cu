@@ -35,33 +35,18 @@
 // - NaN: e4m3 0x7F / 0xFF would widen to ±480 by the bf16 bit trick, so each bf16 lane ORs a
 //   per-byte "low 7 bits all ones" test over its bytes and turns the outputs of a row that
 //   held one into NaN (as the CPU's dequantised product would be); f16's cvt gives NaN itself.
-// - Rows m >= M read zeros and are not stored; so are weight rows n >= N. Requires K % 16 == 0
-//   and 16-byte aligned x / w rows (the launcher checks; otherwise the FP8 path runs).
+// - Cost (sm_90a SASS of the main loop, per 4 weight bytes and lane): bf16 ~15 instructions
+//   (shifts / LOP3 / HMUL2 widening ~10, NaN test ~3, PRMT 1), f16 ~5 (2 F2FP). At 4.1 TB/s
+//   the bf16 loop needs ~1.9 of an SM's 4 issue slots per clock, ~60% of its integer pipe.
+// - Rows m >= M read row M - 1 and weight rows n >= N read row N - 1 (valid memory; their
+//   results are not stored), so full steps load unpredicated; only a warp's last, partial
+//   step of K reads zeros past K. Requires K % 16 == 0 and 16-byte aligned weight rows (else
+//   the launcher leaves the call to the FP8 path) and x rows (else it copies x first).
 // FP8 cvt needs sm_89+: below that the bodies trap, and the launcher refuses first.
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#define KILN_HAS_FP8 1
-#endif
 
 // Warps per block, at most (the launcher's MAX_WARPS).
 #define FP8L_MAX_WARPS 8
-
-struct __align__(16) u32x4 { unsigned int x, y, z, w; };
-
-// 16 bytes of the weight, read once: no L1 allocation.
-__device__ __forceinline__ u32x4 ld_weight(const unsigned char* p) {
-    u32x4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-
-// 16 bytes of x (every warp of every block re-reads them: keep them in L1).
-__device__ __forceinline__ u32x4 ld_act(const unsigned char* p) {
-    u32x4 v;
-    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
 
 __device__ __forceinline__ unsigned word(const u32x4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -150,11 +135,11 @@ __device__ __forceinline__ void fp8_linear_step(int kb, int t, int K, const unsi
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) wv[u][r][h] = in ? ld_weight(wrow[r][h] + k) : zero;
+            for (int h = 0; h < 2; ++h) wv[u][r][h] = in ? ld_stream16(wrow[r][h] + k) : zero;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            xv[u][mt][0] = in ? ld_act(xrow[mt] + 2 * k) : zero;
-            xv[u][mt][1] = in ? ld_act(xrow[mt] + 2 * k + 16) : zero;
+            xv[u][mt][0] = in ? ld_keep16(xrow[mt] + 2 * k) : zero;
+            xv[u][mt][1] = in ? ld_keep16(xrow[mt] + 2 * k + 16) : zero;
         }
     }
 #pragma unroll
@@ -266,6 +251,9 @@ __device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw,
 #endif
 }
 
+// `__launch_bounds__(.., 1)`: with the thread bound alone ptxas kept ~60 registers and sank
+// the loads of a step between its mma's (1–2 weight loads in flight, as fp8_gemv has); with
+// min 1 block it issues all 8 first (90–128 registers, no spills, on sm_89 / sm_90a).
 #define KILN_FP8_LINEAR(S, T, RT, MT)                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * FP8L_MAX_WARPS, 1) fp8_linear_##S##_r##RT##_m##MT(            \
         const T* x, i64 ldx, const unsigned char* w, i64 ldw, const float* scale, int rowwise, const T* bias,    \

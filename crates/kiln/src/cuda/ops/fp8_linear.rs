@@ -96,7 +96,9 @@ impl std::str::FromStr for Variant {
 fn forced() -> &'static std::result::Result<Option<Variant>, String> {
     static SLOT: OnceLock<std::result::Result<Option<Variant>, String>> = OnceLock::new();
     SLOT.get_or_init(|| match std::env::var("KILN_FP8_LINEAR_VARIANT") {
-        Ok(s) if !s.trim().is_empty() => s.parse().map(Some).map_err(|e| format!("KILN_FP8_LINEAR_VARIANT: {e}")),
+        Ok(s) if !s.trim().is_empty() => {
+            s.parse().map(Some).map_err(|e| format!("KILN_FP8_LINEAR_VARIANT: {e}"))
+        }
         _ => Ok(None),
     })
 }
@@ -112,11 +114,8 @@ pub fn choose(n: usize, k: usize) -> Result<Variant> {
     let step = Variant { rt, kw: 1, warps: 1 }.step();
     let steps = (k / step).max(1);
     let groups = n.div_ceil(16 * rt as usize).max(1);
-    let kw = TARGET_WARPS
-        .div_ceil(groups)
-        .next_power_of_two()
-        .min(1 << steps.ilog2())
-        .min(MAX_WARPS as usize) as u8;
+    let kw = TARGET_WARPS.div_ceil(groups).next_power_of_two().min(1 << steps.ilog2()).min(MAX_WARPS as usize)
+        as u8;
     Ok(Variant { rt, kw, warps: kw.max(4) })
 }
 
@@ -251,7 +250,10 @@ mod tests {
                 for mt in [1, 2] {
                     let t = if s == "bf16" { "kbf" } else { "kh" };
                     assert!(FP8_LINEAR.src.contains(&format!("KILN_FP8_LINEAR_T({s}, {t})")), "{s}");
-                    assert!(FP8_LINEAR.src.contains(&format!("KILN_FP8_LINEAR(S, T, {rt}, {mt})")), "{rt} {mt}");
+                    assert!(
+                        FP8_LINEAR.src.contains(&format!("KILN_FP8_LINEAR(S, T, {rt}, {mt})")),
+                        "{rt} {mt}"
+                    );
                 }
             }
         }
@@ -348,12 +350,14 @@ mod tests {
         };
         // Weight bytes: any e4m3 code but NaN; x: small exact values in both 16-bit types.
         let w: Vec<[u8; 64]> = (0..16)
-            .map(|_| std::array::from_fn(|_| loop {
-                let b = next() as u8;
-                if b & 0x7F != 0x7F {
-                    break b;
-                }
-            }))
+            .map(|_| {
+                std::array::from_fn(|_| loop {
+                    let b = next() as u8;
+                    if b & 0x7F != 0x7F {
+                        break b;
+                    }
+                })
+            })
             .collect();
         let xv: Vec<[f64; 64]> =
             (0..16).map(|_| std::array::from_fn(|_| (next() % 64) as f64 / 8.0 - 4.0)).collect();
@@ -385,10 +389,10 @@ mod tests {
                         if bf16 {
                             let (lo, hi) = widen_bf16_bits(v);
                             let s = 2f64.powi(120);
-                            ([bf16_value(lo & 0xFFFF) * s, bf16_value(lo >> 16) * s], [
-                                bf16_value(hi & 0xFFFF) * s,
-                                bf16_value(hi >> 16) * s,
-                            ])
+                            (
+                                [bf16_value(lo & 0xFFFF) * s, bf16_value(lo >> 16) * s],
+                                [bf16_value(hi & 0xFFFF) * s, bf16_value(hi >> 16) * s],
+                            )
                         } else {
                             // cvt.rn.f16x2.e4m3x2 of the low / high 16 bits (low byte -> low half).
                             ([e4m3(v & 0xFF), e4m3((v >> 8) & 0xFF)], [e4m3((v >> 16) & 0xFF), e4m3(v >> 24)])
@@ -399,19 +403,16 @@ mod tests {
                     a[lane] = [lo0, lo1, hi0, hi1];
                 }
                 let dj = mma(&a, &b);
-                for lane in 0..32 {
-                    for e in 0..4 {
-                        d[lane][e] += dj[lane][e];
-                    }
+                for (dl, djl) in d.iter_mut().zip(&dj) {
+                    dl.iter_mut().zip(djl).for_each(|(acc, v)| *acc += v);
                 }
             }
             // The store map of the epilogue: n = g (+8 for e >= 2), m = mt·8 + 2t + e % 2.
-            for lane in 0..32 {
+            for (lane, dl) in d.iter().enumerate() {
                 let (g, t) = (lane / 4, lane % 4);
-                for e in 0..4 {
+                for (e, &got) in dl.iter().enumerate() {
                     let (n, m) = (g + if e >= 2 { 8 } else { 0 }, mt * 8 + 2 * t + e % 2);
                     let want: f64 = (0..64).map(|kk| e4m3(w[n][kk] as u32) * val(bits(xv[m][kk]))).sum();
-                    let got = d[lane][e];
                     assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "n {n} m {m}: {got} vs {want}");
                 }
             }

@@ -121,17 +121,18 @@ fn gemv_step(nt: usize) -> usize {
     64 * 8 / nt
 }
 
-/// (warps per block, warps splitting each row group's K) of `fp8_gemv` for n rows of k bytes.
-/// A warp's steps wait on DRAM one after another, so the split aims at about 4096 warps in
-/// the grid (KW a power of two up to 8, each warp with at least one step of the row), in
-/// blocks of 8 warps when KW is 8, else 4. H200 lab, 2026-12-03, µs for (M, K, N) against
-/// the fixed 4 warps x KW 4: (1, 4096, 4096) 8.6 vs 9.7; (1, 4096, 14336) KW 2 20.0 vs
-/// 21.7; (1, 4096, 1024) 6.0 vs 8.8; (16, 4096, 14336) KW 4 either way.
-fn gemv_split(n: usize, k: usize, nt: usize) -> (usize, usize) {
-    let want = (32768 * nt / n.max(1)).clamp(1, 8);
-    let steps = (k / gemv_step(nt)).clamp(1, 8);
-    let kw = 1 << want.min(steps).ilog2();
-    (if kw == 8 { 8 } else { 4 }, kw)
+/// Warps per block of `fp8_gemv` (`FP8_GEMV_WARPS`).
+const GEMV_WARPS: usize = 4;
+
+/// Warps splitting each row group's K in `fp8_gemv` for n rows of k bytes: a warp's steps
+/// wait on DRAM one after another, so the split puts up to 4096 / nt warps in the grid (KW a
+/// power of two up to 4, each warp with at least one step of the row). H200 lab, 2026-12-03,
+/// µs for (M, K, N): (1, 4096, 4096) KW 4 7.2 (KW 2 8.2); (1, 4096, 14336) KW 2 19.1 (KW 4
+/// 19.8); (16, 4096, 14336) KW 2 20.7 (KW 4 22.0); (1, 14336, 4096) KW 4 17.7 (KW 2 21.1).
+fn gemv_k_warps(n: usize, k: usize, nt: usize) -> usize {
+    let groups = n.div_ceil(8 * nt).max(1);
+    let steps = (k / gemv_step(nt)).max(1);
+    [4, 2, 1].into_iter().find(|&kw| groups * kw <= 4096 / nt && kw <= steps).unwrap_or(1)
 }
 
 fn gemv(
@@ -148,7 +149,7 @@ fn gemv(
     }
     let out = dev.alloc(m * n * p.out.size())?;
     let nt = if m > 8 { 2 } else { 1 };
-    let (warps, kw) = gemv_split(n, k, nt);
+    let kw = gemv_k_warps(n, k, nt);
     let name = format!("fp8_gemv_{}_{}_{}_{nt}", fp8_name(p.a.2), fp8_name(p.b.2), out_name(p.out));
     let f = dev.function(&SCALED_MM, &name)?;
     let rowwise = (p.recipe == Recipe::RowWise) as i32;
@@ -164,8 +165,8 @@ fn gemv(
         let op_ = o + (m0 * n * p.out.size()) as u64;
         let (ni, ki) = (n as i32, k as i32);
         let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(8 * nt * (warps / kw)) as u32, 1, 1),
-            block_dim: (32 * warps as u32, 1, 1),
+            grid_dim: (n.div_ceil(8 * nt * (GEMV_WARPS / kw)) as u32, 1, 1),
+            block_dim: (32 * GEMV_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         let kw32 = kw as i32;
