@@ -58,6 +58,15 @@ __device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
     return d;
 }
 
+// D(16x8, f32) += A(16x16, row) · B(16x8, col) on 16-bit tensor cores (sm_80+).
+#define KILN_MMA16(T)                                                                          \
+    static __device__ __forceinline__ void mma(float* d, const unsigned* a, const unsigned* b) { \
+        asm("mma.sync.aligned.m16n8k16.row.col.f32." #T "." #T ".f32 "                          \
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                             \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                \
+    }
+
 // Per activation type T: how a weight word widens into the A halves (lo, hi), how the x
 // words of the same four k become B registers, and the mma.
 template <typename T> struct W8;
@@ -83,14 +92,7 @@ template <> struct W8<kbf> {
         b0 = prmt(w0, w1, 0x5410u);
         b1 = prmt(w0, w1, 0x7632u);
     }
-    static __device__ __forceinline__ void mma(float* d, const unsigned* a, const unsigned* b) {
-#ifdef KILN_HAS_FP8
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-    }
+    KILN_MMA16(bf16)
 };
 
 template <> struct W8<kh> {
@@ -108,14 +110,7 @@ template <> struct W8<kh> {
         b0 = w0;
         b1 = w1;
     }
-    static __device__ __forceinline__ void mma(float* d, const unsigned* a, const unsigned* b) {
-#ifdef KILN_HAS_FP8
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-    }
+    KILN_MMA16(f16)
 };
 
 // One step of a warp: U 64-byte chunks of K from kb for its RT·16 weight rows and MT·8 x rows.

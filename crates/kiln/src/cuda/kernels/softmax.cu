@@ -87,6 +87,20 @@ template <typename A> __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, Ma
     return o;
 }
 
+// V4 groups of four from p: group i starts at element first + i·stride (a multiple of 4);
+// returns the groups' NaN-propagating max.
+template <typename A, typename T, int V4>
+__device__ __forceinline__ A load_groups(const T* p, i64 first, i64 stride, i64 end, A (&v)[V4][4]) {
+    A m = (A)-kiln_inf();
+#pragma unroll
+    for (int i = 0; i < V4; ++i) {
+        load4(p, first + i * stride, end, v[i]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) m = nan_max(m, v[i][e]);
+    }
+    return m;
+}
+
 // The pair of V values (-inf where padded).
 template <typename A, int V> __device__ __forceinline__ MaxSum<A> tile_ms(const A* v) {
     MaxSum<A> t;
@@ -115,13 +129,7 @@ __device__ void softmax_warp(const T* x, T* y, i64 outer, i64 r, int want_log) {
         const T* xr = x + row * r;
         T* yr = y + row * r;
         A v[V4][4];
-        A m = (A)-kiln_inf();
-#pragma unroll
-        for (int i = 0; i < V4; ++i) {
-            load4(xr, (i64)(lane + 32 * i) * 4, r, v[i]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) m = nan_max(m, v[i][e]);
-        }
+        A m = load_groups(xr, (i64)lane * 4, 128, r, v);
         // Max first, then one exp per value, kept for the output (not an online merge,
         // which evaluates exp twice per value: this kernel is bound by that arithmetic).
         m = warp_max(m);
@@ -316,14 +324,7 @@ __device__ void softmax_poll(const T* x, T* y, i64 r, i64 bpr, i64 chunk, int wa
     const T* xr = x + row * r;
     T* yr = y + row * r;
     float v[V4][4];
-    float mb = NEG;
-#pragma unroll
-    for (int i = 0; i < V4; ++i) {
-        load4(xr, begin + ((i64)i * blockDim.x + threadIdx.x) * 4, end, v[i]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) mb = nan_max(mb, v[i][e]);
-    }
-    mb = block_max(mb);
+    float mb = block_max(load_groups(xr, begin + (i64)threadIdx.x * 4, (i64)blockDim.x * 4, end, v));
     float sb = 0.f;
 #pragma unroll
     for (int i = 0; i < V4; ++i)
