@@ -345,8 +345,11 @@ __device__ void softmax_poll(const T* x, T* y, i64 r, i64 bpr, i64 chunk, int wa
         }
         st = warp_merge(st);
         if (blockIdx.x == 0) {
-            for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
-                while (!get_slot(slots + 2 * b, ep, q)) {}
+            // One row: its slots are the grid's, all seen above (a second pass would put
+            // another L2 round trip on the kernel's tail).
+            if (gridDim.x > bpr)
+                for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
+                    while (!get_slot(slots + 2 * b, ep, q)) {}
             __syncwarp();
             if (threadIdx.x == 0) *(volatile unsigned*)epoch = ep;
         }
