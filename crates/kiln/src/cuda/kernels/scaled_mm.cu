@@ -59,7 +59,9 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
         wrow[j] = w + (wok[j] ? n : 0) * ldw;
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     }
-    bool lo = g < M, hi = g + 8 < M;
+    // NT = 1 serves M <= 8: rows 8..15 of A are zero and their loads (and registers) go
+    // (H200 lab, 2026-12-03: 142 -> 112 registers, 4 blocks per SM, 1x4096x4096 8.5 -> 6.7 µs).
+    bool lo = g < M, hi = NT > 1 && g + 8 < M;
     const unsigned char* arow0 = a + (lo ? g : 0) * lda;
     const unsigned char* arow1 = a + (hi ? g + 8 : 0) * lda;
     const u32x4 zero = {0, 0, 0, 0};
@@ -111,11 +113,13 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
 #endif
 }
 
-// The bound's minimum of 3 blocks per SM makes ptxas issue a step's NT·U weight loads before
-// the mma's; with the thread count alone it interleaved them, 1-2 loads in flight (H200 lab,
-// 2026-12-03: 1x4096x4096 9.7 -> 7.2 µs, 1x14336x4096 26.6 -> 17.7).
+// The bound's minimum of 4 blocks per SM makes ptxas issue a step's NT·U weight loads before
+// the mma's (with the thread count alone it interleaved them, 1-2 loads in flight) and gives
+// 528 resident blocks on an H200, one wave for most decode shapes (ops/scaled_mm.rs:
+// gemv_k_warps). H200 lab, 2026-12-03: 1x4096x4096 9.7 -> 6.7 µs, 16x4096x14336 (M x K x N)
+// 24 -> 19.1 µs (NT = 2 at 114 registers, against 118 under a bound of 3).
 #define KILN_GEMV(AS, AT, BS, BT, OS, O, NT, U)                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS, 3) fp8_gemv_##AS##_##BS##_##OS##_##NT( \
+    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS, 4) fp8_gemv_##AS##_##BS##_##OS##_##NT( \
         const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa, const float* sb, \
         int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {                                  \
         fp8_gemv<AT, BT, O, NT, U>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K, KW);                \

@@ -135,34 +135,33 @@ const CLUSTER_BLOCKS: usize = 8;
 const CLUSTER_THREADS: u32 = 512;
 const CLUSTER_V: [usize; 3] = [8, 16, 32];
 const CLUSTER_ROW_MAX: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 32;
-/// By shape (H200, 2026-12-03: bench/results), the cluster kernel serves `outer` rows of `r`
-/// when 4096 < r and outer <= 32, and either r <= 32768 (5.3 µs vs split's 6.2 at 1 x 32000)
-/// or outer >= 16 (32 x 128256: 19.5 vs 22.9 µs). A lone row of more than 4096 takes the
-/// poll kernel (2026-12-03 lab, same GPU: 1 x 32000 3.2 µs, 1 x 128256 3.8, 1 x 262144 4.9;
-/// cluster 5.7 and 9.8, split 5.5, 6.3 and 7.0).
+/// By shape (H200, 2026-12-03: bench/results), rows of more than 4096 take the poll kernel
+/// where its grid fits (`poll_plan`): 1 x 32000 3.4 µs against cluster 5.5 and split 6.2,
+/// 1 x 128256 4.8 against 9.7 and 6.3, 64 x 8192 5.9 (lab) against split 8.9. Otherwise the
+/// cluster kernel serves outer <= 32 rows with r <= 32768 or outer >= 16 (32 x 128256: 21.0
+/// against split's 23.0).
+fn poll_wins(r: usize) -> bool {
+    r > 4096
+}
 fn cluster_wins(outer: usize, r: usize) -> bool {
     r > 4096 && outer <= 32 && (r <= 32768 || outer >= 16)
 }
-fn poll_wins(outer: usize, r: usize) -> bool {
-    outer == 1 && r > 4096
-}
-/// `softmax_poll<V4>` shapes as (threads, V4): chunks of 1024, 2048 and 4096 elements. A row
-/// takes the smallest chunk that needs at most 32 blocks, else the largest (lab, H200:
-/// 1 x 32000 on 32 chunks of 1024 3.2 µs against 8 of 4096 3.8; 1 x 128256 on 32 of 4096).
+/// `softmax_poll<V4>` shapes as (threads, V4): chunks of 1024, 2048 and 4096 elements. Rows
+/// take the smallest chunk that needs at most `POLL_BLOCKS_PER_ROW` blocks per row (the
+/// slots warp 0 polls at once, softmax.cu: POLL_PER_LANE) and at most what a cooperative
+/// launch holds in all, else no poll plan.
 const POLL_SHAPES: [(u32, usize); 3] = [(256, 1), (512, 1), (512, 2)];
-const POLL_BLOCKS_PER_ROW: usize = 32;
+const POLL_BLOCKS_PER_ROW: usize = 128;
 
 /// (threads, V4, blocks per row, chunk) of `softmax_poll` for `outer` rows of `r`, or `None`
 /// when the grid would exceed what a cooperative launch (or the slots) allow.
 fn poll_plan(dev: &CudaDevice, outer: usize, r: usize) -> Option<(u32, usize, usize, usize)> {
-    let chunk_of = |&(t, v4): &(u32, usize)| t as usize * 4 * v4;
-    let shape = POLL_SHAPES
-        .iter()
-        .find(|s| r.div_ceil(chunk_of(s)) <= POLL_BLOCKS_PER_ROW)
-        .unwrap_or(&POLL_SHAPES[POLL_SHAPES.len() - 1]);
-    let chunk = chunk_of(shape);
-    let bpr = r.div_ceil(chunk).max(1);
-    (outer * bpr <= coop_blocks(dev).min(POLL_SLOTS)).then_some((shape.0, shape.1, bpr, chunk))
+    let limit = coop_blocks(dev).min(POLL_SLOTS);
+    POLL_SHAPES.iter().find_map(|&(threads, v4)| {
+        let chunk = threads as usize * 4 * v4;
+        let bpr = r.div_ceil(chunk).max(1);
+        (bpr <= POLL_BLOCKS_PER_ROW && outer * bpr <= limit).then_some((threads, v4, bpr, chunk))
+    })
 }
 /// Threads and values per thread of `softmax_split` (`SPLIT_V`): its tile.
 const SPLIT_THREADS: u32 = 512;
@@ -254,7 +253,7 @@ fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> SoftmaxP
     match SOFTMAX_PATH.load(Ordering::Relaxed) {
         1 => SoftmaxPath::Rows,
         0 | 2 if r <= WARP_ROW_MAX => SoftmaxPath::Warp,
-        0 if poll_ok && poll_wins(outer, r) => SoftmaxPath::Poll,
+        0 if poll_ok && poll_wins(r) => SoftmaxPath::Poll,
         0 if cluster_ok && cluster_wins(outer, r) => SoftmaxPath::Cluster,
         4 if cluster_ok => SoftmaxPath::Cluster,
         5 if poll_ok => SoftmaxPath::Poll,

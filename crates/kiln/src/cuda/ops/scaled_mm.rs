@@ -124,15 +124,16 @@ fn gemv_step(nt: usize) -> usize {
 /// Warps per block of `fp8_gemv` (`FP8_GEMV_WARPS`).
 const GEMV_WARPS: usize = 4;
 
-/// Warps splitting each row group's K in `fp8_gemv` for n rows of k bytes: a warp's steps
-/// wait on DRAM one after another, so the split puts up to 4096 / nt warps in the grid (KW a
-/// power of two up to 4, each warp with at least one step of the row). H200 lab, 2026-12-03,
-/// µs for (M, K, N): (1, 4096, 4096) KW 4 7.2 (KW 2 8.2); (1, 4096, 14336) KW 2 19.1 (KW 4
-/// 19.8); (16, 4096, 14336) KW 2 20.7 (KW 4 22.0); (1, 14336, 4096) KW 4 17.7 (KW 2 21.1).
-fn gemv_k_warps(n: usize, k: usize, nt: usize) -> usize {
+/// Warps splitting each row group's K in `fp8_gemv` for n rows of k bytes, given the blocks
+/// the GPU holds at once (`slots`): the most (a power of two up to 4, each warp with at least
+/// one step of the row) that keep the grid to one wave. A second wave runs on a few SMs
+/// while the rest idle, which costs more than the longer K loop of fewer warps. H200 lab,
+/// 2026-12-03, M = 1, 4 blocks per SM: (N, K) = (4096, 4096) KW 4 (512 blocks) 6.7 µs;
+/// (14336, 4096) KW 1 (448 blocks) 17.2 µs against KW 2 (896) 18.2; (4096, 14336) KW 4 17.5.
+fn gemv_k_warps(n: usize, k: usize, nt: usize, slots: usize) -> usize {
     let groups = n.div_ceil(8 * nt).max(1);
     let steps = (k / gemv_step(nt)).max(1);
-    [4, 2, 1].into_iter().find(|&kw| groups * kw <= 4096 / nt && kw <= steps).unwrap_or(1)
+    [4, 2, 1].into_iter().find(|&kw| kw <= steps && groups.div_ceil(GEMV_WARPS / kw) <= slots).unwrap_or(1)
 }
 
 fn gemv(
@@ -149,9 +150,10 @@ fn gemv(
     }
     let out = dev.alloc(m * n * p.out.size())?;
     let nt = if m > 8 { 2 } else { 1 };
-    let kw = gemv_k_warps(n, k, nt);
     let name = format!("fp8_gemv_{}_{}_{}_{nt}", fp8_name(p.a.2), fp8_name(p.b.2), out_name(p.out));
     let f = dev.function(&SCALED_MM, &name)?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(32 * GEMV_WARPS as u32, 0, None)?;
+    let kw = gemv_k_warps(n, k, nt, per_sm.max(1) as usize * dev.props().sm_count.max(1) as usize);
     let rowwise = (p.recipe == Recipe::RowWise) as i32;
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
