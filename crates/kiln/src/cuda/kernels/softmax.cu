@@ -19,7 +19,7 @@
 //    registers (4·V4 consecutive elements per thread: vector loads); a block publishes its
 //    (max, sum) pair to a slot tagged with the launch's epoch and polls its row's slots
 //    instead of meeting at a grid barrier: no atomics, one L2 round trip after the last
-//    pair lands (H200: 1×128256 f32 3.8 µs against the split kernel's 6.3).
+//    pair lands (H200: 1×128256 f32 4.6 µs against the split kernel's 6.3).
 
 template <typename T>
 __device__ void softmax_rows(const T* x, T* y, i64 outer, i64 r, int want_log) {
@@ -300,38 +300,12 @@ __device__ __forceinline__ void put_slot(u64* p, unsigned ep, float m, float s) 
     u64 a = ((u64)ep << 32) | __float_as_uint(m), b = ((u64)ep << 32) | __float_as_uint(s);
     asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
-__device__ __forceinline__ void load_slot(const u64* p, u64& a, u64& b) {
+__device__ __forceinline__ bool get_slot(const u64* p, unsigned ep, MaxSum<float>& out) {
+    u64 a, b;
     asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-
-// Slots one lane of warp 0 polls: a row's up to 32·POLL_PER_LANE blocks.
-#define POLL_PER_LANE 4
-
-// Lane `lane`'s merge of slots lane, lane + 32, ... of `bpr` at `rs`, once all hold epoch
-// `ep`. Each round issues every pending slot's load before it checks any, so the lane's
-// slots cost one L2 round trip after the last pair lands rather than one per slot (H200
-// lab: 1x262144 over 128 blocks 5.6 µs when a lane polled its 4 slots one after another).
-// The merge runs in slot order, so the result does not depend on arrival order.
-__device__ __forceinline__ MaxSum<float> poll_slots(const u64* rs, i64 bpr, unsigned ep, int lane) {
-    u64 a[POLL_PER_LANE], b[POLL_PER_LANE];
-    unsigned pending = 0;
-#pragma unroll
-    for (int p = 0; p < POLL_PER_LANE; ++p)
-        if (lane + 32 * p < bpr) pending |= 1u << p;
-    while (pending) {
-#pragma unroll
-        for (int p = 0; p < POLL_PER_LANE; ++p)
-            if (pending >> p & 1) load_slot(rs + 2 * (lane + 32 * p), a[p], b[p]);
-#pragma unroll
-        for (int p = 0; p < POLL_PER_LANE; ++p)
-            if ((pending >> p & 1) && (unsigned)(a[p] >> 32) == ep && (unsigned)(b[p] >> 32) == ep)
-                pending &= ~(1u << p);
-    }
-    MaxSum<float> st{-kiln_inf(), 0.f};
-#pragma unroll
-    for (int p = 0; p < POLL_PER_LANE; ++p)
-        if (lane + 32 * p < bpr) st = merge(st, MaxSum<float>{__uint_as_float((unsigned)a[p]), __uint_as_float((unsigned)b[p])});
-    return st;
+    out.m = __uint_as_float((unsigned)a);
+    out.s = __uint_as_float((unsigned)b);
+    return (unsigned)(a >> 32) == ep && (unsigned)(b >> 32) == ep;
 }
 
 // Row blockIdx.x / bpr, chunk blockIdx.x % bpr. `sync`: this stream's sync words; word 2
@@ -364,16 +338,18 @@ __device__ void softmax_poll(const T* x, T* y, i64 r, i64 bpr, i64 chunk, int wa
     sb = block_sum(sb);
     if (threadIdx.x == 0) put_slot(slots + 2 * blockIdx.x, ep, mb, sb);
     if (threadIdx.x < 32) {
-        MaxSum<float> st = warp_merge(poll_slots(slots + 2 * row * bpr, bpr, ep, threadIdx.x));
+        MaxSum<float> st{NEG, 0.f}, q;
+        for (i64 b = threadIdx.x; b < bpr; b += 32) {
+            while (!get_slot(slots + 2 * (row * bpr + b), ep, q)) {}
+            st = merge(st, q);
+        }
+        st = warp_merge(st);
         if (blockIdx.x == 0) {
-            // Every slot of the grid holds this launch's pair before the epoch moves on. With
-            // one row those are the slots seen above (a second pass would put another L2
-            // round trip on the kernel's tail).
-            for (unsigned b = bpr + threadIdx.x; b < gridDim.x; b += 32) {
-                u64 x, y;
-                do load_slot(slots + 2 * b, x, y);
-                while ((unsigned)(x >> 32) != ep || (unsigned)(y >> 32) != ep);
-            }
+            // One row: its slots are the grid's, all seen above (a second pass would put
+            // another L2 round trip on the kernel's tail).
+            if (gridDim.x > bpr)
+                for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
+                    while (!get_slot(slots + 2 * b, ep, q)) {}
             __syncwarp();
             if (threadIdx.x == 0) *(volatile unsigned*)epoch = ep;
         }

@@ -146,21 +146,22 @@ fn poll_wins(r: usize) -> bool {
 fn cluster_wins(outer: usize, r: usize) -> bool {
     r > 4096 && outer <= 32 && (r <= 32768 || outer >= 16)
 }
-/// `softmax_poll<V4>` shapes as (threads, V4): chunks of 1024, 2048 and 4096 elements. Rows
-/// take the smallest chunk that needs at most `POLL_BLOCKS_PER_ROW` blocks per row (the
-/// slots warp 0 polls at once, softmax.cu: POLL_PER_LANE) and at most what a cooperative
-/// launch holds in all, else no poll plan.
-const POLL_SHAPES: [(u32, usize); 3] = [(256, 1), (512, 1), (512, 2)];
-const POLL_BLOCKS_PER_ROW: usize = 128;
+/// `softmax_poll<V4>` shapes as (threads, V4, most blocks per row): chunks of 1024, 2048 and
+/// 4096 elements. Rows take the first shape within its block limit whose whole grid a
+/// cooperative launch holds. Warp 0 polls a row's slots 32 at a time, one L2 round trip per
+/// 32 blocks, so the small chunk stops at 32 (H200 lab, 2026-12-03, µs: 1 x 32000 on 32 x
+/// 1024 3.2; 1 x 128256 on 63 x 2048 4.6 against 126 x 1024 5.1 and 32 x 4096 4.8; 1 x
+/// 262144 on 128 x 2048 5.6 against 64 x 4096 5.8; 64 x 8192 on 4 x 2048 per row 5.9).
+const POLL_SHAPES: [(u32, usize, usize); 3] = [(256, 1, 32), (256, 2, 128), (512, 2, 128)];
 
 /// (threads, V4, blocks per row, chunk) of `softmax_poll` for `outer` rows of `r`, or `None`
 /// when the grid would exceed what a cooperative launch (or the slots) allow.
 fn poll_plan(dev: &CudaDevice, outer: usize, r: usize) -> Option<(u32, usize, usize, usize)> {
     let limit = coop_blocks(dev).min(POLL_SLOTS);
-    POLL_SHAPES.iter().find_map(|&(threads, v4)| {
+    POLL_SHAPES.iter().find_map(|&(threads, v4, max_bpr)| {
         let chunk = threads as usize * 4 * v4;
         let bpr = r.div_ceil(chunk).max(1);
-        (bpr <= POLL_BLOCKS_PER_ROW && outer * bpr <= limit).then_some((threads, v4, bpr, chunk))
+        (bpr <= max_bpr && outer * bpr <= limit).then_some((threads, v4, bpr, chunk))
     })
 }
 /// Threads and values per thread of `softmax_split` (`SPLIT_V`): its tile.
