@@ -135,10 +135,10 @@ const CLUSTER_BLOCKS: usize = 8;
 const CLUSTER_THREADS: u32 = 512;
 const CLUSTER_V: [usize; 3] = [8, 16, 32];
 const CLUSTER_ROW_MAX: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 32;
-/// By shape (H200, 2026-12-03: bench/results), rows of more than 4096 take the poll kernel
-/// where its grid fits (`poll_plan`): 1 x 32000 3.4 µs against cluster 5.5 and split 6.2,
-/// 1 x 128256 4.8 against 9.7 and 6.3, 64 x 8192 5.9 (lab) against split 8.9. Otherwise the
-/// cluster kernel serves outer <= 32 rows with r <= 32768 or outer >= 16 (32 x 128256: 21.0
+/// By shape (H200, bench/results/2026-12-03-fc94106), rows of more than 4096 take the poll
+/// kernel where its grid fits (`poll_plan`): 1 x 32000 3.4 µs against cluster 5.5 and split
+/// 6.2, 1 x 128256 4.7 against 9.6 and 6.4, 64 x 8192 6.8 against split 8.9. Otherwise the
+/// cluster kernel serves outer <= 32 rows with r <= 32768 or outer >= 16 (32 x 128256: 20.9
 /// against split's 23.0).
 fn poll_wins(r: usize) -> bool {
     r > 4096

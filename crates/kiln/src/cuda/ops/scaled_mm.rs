@@ -481,3 +481,19 @@ pub fn quantize_rows(
     unsafe { launch!(dev.stream(), f, rows_grid(rows, row_threads(k)); xp, qp, sp, r64, k64)? };
     Ok((q, s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::gemv_k_warps;
+
+    #[test]
+    fn k_split_keeps_the_grid_to_one_wave() {
+        let slots = 132 * 4; // an H200 at 4 blocks per SM
+        assert_eq!(gemv_k_warps(4096, 4096, 1, slots), 4); // 512 blocks
+        assert_eq!(gemv_k_warps(14336, 4096, 1, slots), 1); // 448 blocks; KW 2 would be 896
+        assert_eq!(gemv_k_warps(14336, 4096, 2, slots), 2); // M > 8: 448 blocks
+        assert_eq!(gemv_k_warps(4096, 1024, 1, slots), 2); // two 512-byte steps per row
+        assert_eq!(gemv_k_warps(4096, 16, 1, slots), 1); // K below one step
+        assert_eq!(gemv_k_warps(1 << 20, 4096, 1, slots), 1); // many waves whatever KW is
+    }
+}
