@@ -40,6 +40,7 @@ __device__ __forceinline__ float out_scale(const float* sa, const float* sb, int
 // sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
 #define FP8_GEMV_WARPS 4
+#define FP8_GEMV_MIN_BLOCKS 4 // per SM, by the launch bound below
 
 template <typename AT, typename BT, typename O, int NT, int U>
 __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa,
@@ -119,7 +120,7 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
 // gemv_k_warps). H200 lab, 2026-12-03: 1x4096x4096 9.7 -> 6.7 µs, 16x4096x14336 (M x K x N)
 // 24 -> 19.1 µs (NT = 2 at 114 registers, against 118 under a bound of 3).
 #define KILN_GEMV(AS, AT, BS, BT, OS, O, NT, U)                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS, 4) fp8_gemv_##AS##_##BS##_##OS##_##NT( \
+    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS, FP8_GEMV_MIN_BLOCKS) fp8_gemv_##AS##_##BS##_##OS##_##NT( \
         const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa, const float* sb, \
         int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {                                  \
         fp8_gemv<AT, BT, O, NT, U>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K, KW);                \

@@ -123,6 +123,13 @@ fn gemv_step(nt: usize) -> usize {
 
 /// Warps per block of `fp8_gemv` (`FP8_GEMV_WARPS`).
 const GEMV_WARPS: usize = 4;
+/// Blocks of `fp8_gemv` resident per SM, as its launch bound guarantees (`FP8_GEMV_MIN_BLOCKS`).
+const GEMV_MIN_BLOCKS: usize = 4;
+
+/// Blocks of `fp8_gemv` for n weight rows with kw warps per row group of 8·nt rows.
+fn gemv_blocks(n: usize, nt: usize, kw: usize) -> usize {
+    n.div_ceil(8 * nt * (GEMV_WARPS / kw))
+}
 
 /// Warps splitting each row group's K in `fp8_gemv` for n rows of k bytes, given the blocks
 /// the GPU holds at once (`slots`): the most (a power of two up to 4, each warp with at least
@@ -131,9 +138,8 @@ const GEMV_WARPS: usize = 4;
 /// 2026-12-03, M = 1, 4 blocks per SM: (N, K) = (4096, 4096) KW 4 (512 blocks) 6.7 µs;
 /// (14336, 4096) KW 1 (448 blocks) 17.2 µs against KW 2 (896) 18.2; (4096, 14336) KW 4 17.5.
 fn gemv_k_warps(n: usize, k: usize, nt: usize, slots: usize) -> usize {
-    let groups = n.div_ceil(8 * nt).max(1);
     let steps = (k / gemv_step(nt)).max(1);
-    [4, 2, 1].into_iter().find(|&kw| kw <= steps && groups.div_ceil(GEMV_WARPS / kw) <= slots).unwrap_or(1)
+    [4, 2, 1].into_iter().find(|&kw| kw <= steps && gemv_blocks(n, nt, kw) <= slots).unwrap_or(1)
 }
 
 fn gemv(
@@ -152,8 +158,7 @@ fn gemv(
     let nt = if m > 8 { 2 } else { 1 };
     let name = format!("fp8_gemv_{}_{}_{}_{nt}", fp8_name(p.a.2), fp8_name(p.b.2), out_name(p.out));
     let f = dev.function(&SCALED_MM, &name)?;
-    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(32 * GEMV_WARPS as u32, 0, None)?;
-    let kw = gemv_k_warps(n, k, nt, per_sm.max(1) as usize * dev.props().sm_count.max(1) as usize);
+    let kw = gemv_k_warps(n, k, nt, GEMV_MIN_BLOCKS * dev.props().sm_count.max(1) as usize);
     let rowwise = (p.recipe == Recipe::RowWise) as i32;
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
@@ -167,7 +172,7 @@ fn gemv(
         let op_ = o + (m0 * n * p.out.size()) as u64;
         let (ni, ki) = (n as i32, k as i32);
         let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(8 * nt * (GEMV_WARPS / kw)) as u32, 1, 1),
+            grid_dim: (gemv_blocks(n, nt, kw) as u32, 1, 1),
             block_dim: (32 * GEMV_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
