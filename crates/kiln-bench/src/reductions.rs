@@ -79,6 +79,16 @@ fn softmaxes(dev: &Arc<CudaDevice>, rows: &mut Vec<Row>) -> Result<()> {
             set_block_sync(BlockSync::OneLaunch);
             r?;
         }
+        // The chosen path launched plainly: what programmatic dependent launch (the kernel
+        // scheduled while the previous call finishes) is worth in a chain of calls.
+        if r > 4096 && outer <= 32 {
+            cuda::set_after_previous(false);
+            let r = graph(dev, rows, &format!("softmax_f32_{outer}x{r}[no-pdl]"), bytes, || {
+                x.softmax(-1).map(drop)
+            });
+            cuda::set_after_previous(true);
+            r?;
+        }
     }
     Ok(())
 }

@@ -29,6 +29,7 @@ mod availability;
 mod device;
 mod info;
 mod kernels;
+mod launch;
 mod stream;
 
 pub use allocator::{DeviceBuffer, DriverPeakProbe, MemoryStats};
@@ -39,6 +40,8 @@ pub use kernels::{
     compile_check, compile_to_ptx_check, kernel_cache_stats, launch_cfg, KernelCacheStats, KernelLoad,
     KernelLoadKind, KernelSource, Strided, MAX_RANK, PRELUDE,
 };
+pub use launch::{after_previous, set_after_previous};
+pub(crate) use launch::{kernel_args, launch, Launch};
 pub use stream::{with_stream, Event, Graph, Stream};
 
 /// Re-exports of the cudarc types that appear in this module's API.

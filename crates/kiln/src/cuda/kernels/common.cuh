@@ -57,6 +57,19 @@ template <> __device__ __forceinline__ kbf down<kbf, float>(float v) { return f2
 #define KILN_HAS_FP8 1
 #endif
 
+// ---- programmatic dependent launch (sm_90+) ----
+// A kernel launched with programmatic stream serialization (cuda/launch.rs) may start while
+// the kernel before it on the stream is still running: it calls this before its first
+// global memory access, which waits until that kernel has finished and its writes are
+// visible, then lets the next such kernel start. Its blocks' scheduling and setup overlap
+// the previous kernel's tail. Launched plainly, both instructions do nothing.
+__device__ __forceinline__ void kiln_after_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- 16-byte loads of the decode kernels (fp8_gemv, fp8_linear) ----
 struct __align__(16) u32x4 { unsigned int x, y, z, w; };
 

@@ -11,16 +11,18 @@
 //    (phase 2) or through two launches (phase 0, then 1). With one chunk per row
 //    (bpr = 1) it is the block-per-row kernel for medium rows, with no barrier; its last
 //    tile stays in registers between the passes, so a one-tile chunk is read once.
-// v4 softmax_cluster: a long row (a few rows) over a cluster of 8 blocks (Hopper), each
-//    holding its eighth of the row in registers: read once, one exp per value. The blocks
-//    swap (max, sum) pairs through distributed shared memory at a hardware cluster barrier
-//    instead of global memory and a grid barrier.
+// v4 softmax_cluster: a row over a cluster of up to 16 blocks (Hopper; size set at launch),
+//    each holding its chunk in registers (vector loads): read once, one exp per value. Each
+//    block writes its (max, sum) pair into every block's shared memory (remote stores) before
+//    one hardware cluster barrier: no global memory, no grid barrier. For a few to some tens
+//    of long rows.
 // v5 softmax_poll: rows over co-resident blocks (cooperative launch), each block's chunk in
 //    registers (4·V4 consecutive elements per thread: vector loads); a block publishes its
 //    (max, sum) pair to a slot tagged with the launch's epoch and polls its row's slots
-//    instead of meeting at a grid barrier: no atomics, one L2 round trip per 32 blocks of
-//    the row after the last pair lands (H200: 1×128256 f32 4.7 µs against the split
-//    kernel's 6.4).
+//    (a warp per 32) instead of meeting at a grid barrier: no atomics, one L2 round trip
+//    after the last pair lands (H200: 1×128256 f32 4.7 µs against the split kernel's 6.4).
+// v4 and v5 are launched as programmatic dependents (cuda/launch.rs): they may be scheduled
+// while the kernel before them finishes, and wait for it in kiln_after_previous_kernel.
 
 template <typename T>
 __device__ void softmax_rows(const T* x, T* y, i64 outer, i64 r, int want_log) {
@@ -121,6 +123,25 @@ template <typename A> __device__ __forceinline__ A softmax_out(A x, MaxSum<A> st
     return want_log ? z - log_s : exp(z) / st.s;
 }
 
+// The block's (max, sum of exp(v - max)) over its threads' V4 groups, whose max over the
+// thread is `m`; with !want_log the values become their exponentials. Max first, then one
+// exp per value: merging (max, sum) pairs across lanes costs two exps per step, which
+// measured slower (H200 lab, 2026-12-03: 1 x 128256 poll 4.7 -> 5.0 µs). A block with no
+// finite value holds exact zeros (exp(-inf - m) for any finite m) and gives (-inf, 0).
+template <int V4> __device__ __forceinline__ MaxSum<float> block_exp(float m, float (&v)[V4][4], int want_log) {
+    m = block_max(m);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < V4; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float ex = m == -kiln_inf() ? 0.f : exp(v[i][e] - m);
+            s += ex;
+            if (!want_log) v[i][e] = ex;
+        }
+    return MaxSum<float>{m, block_sum(s)};
+}
+
 template <typename T, int V4>
 __device__ void softmax_warp(const T* x, T* y, i64 outer, i64 r, int want_log) {
     typedef typename Acc<T>::type A;
@@ -218,75 +239,60 @@ __device__ void softmax_split(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 c
     }
 }
 
-// ---- v4: cluster of CLUSTER_BLOCKS blocks per row (sm_90+) ----
-#define CLUSTER_BLOCKS 8
+// ---- v4: a row over a cluster of C blocks (sm_90+; C set at launch, up to 16) ----
+#define CLUSTER_MAX 16
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KILN_HAS_CLUSTER 1
-#define KILN_CLUSTER_DIMS __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
-#else
-#define KILN_CLUSTER_DIMS
 #endif
 
 #ifdef KILN_HAS_CLUSTER
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// A value of block `rank`'s shared memory at the address `p` has in this block.
-__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+__device__ __forceinline__ unsigned cluster_rank() { unsigned r; asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+__device__ __forceinline__ unsigned cluster_blocks() { unsigned n; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n)); return n; }
+// Stores (a, b) at the address `p` has in block `rank`'s shared memory: posted, made
+// visible to that block by the next cluster barrier (arrive.release / wait.acquire).
+__device__ __forceinline__ void cluster_store2(float* p, unsigned rank, float a, float b) {
     unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
-    float v;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote), "f"(a), "f"(b) : "memory");
 }
 #endif
 
-// Row blockIdx.x / 8; block (cluster rank) b holds elements [b·chunk, (b+1)·chunk), V per
-// thread, chunk <= blockDim.x·V. Each block exponentiates against its own max m_b and
-// publishes (m_b, s_b); every block merges the eight pairs into (m, s) and scales its
-// exponentials by exp(m_b - m) / s. A block with no finite value publishes (-inf, 0).
-template <typename T, int V> __device__ void softmax_cluster(const T* x, T* y, i64 r, i64 chunk, int want_log) {
+// Row blockIdx.x / C; block (cluster rank) b holds elements [b·chunk, (b+1)·chunk) in
+// registers, V4 groups of four per thread (vector loads), chunk <= blockDim.x·4·V4. Each
+// thread exponentiates against its own max (one exp per value); the block merges its
+// threads' (max, sum) pairs and writes its pair into every block of the cluster (remote
+// stores, no read round trips); after one cluster barrier each block merges the C pairs
+// from its own shared memory and scales its exponentials by exp(m_t - m) / s. No block
+// touches another's shared memory after the barrier, so none waits before it exits.
+template <typename T, int V4> __device__ void softmax_cluster(const T* x, T* y, i64 r, i64 chunk, int want_log) {
 #ifdef KILN_HAS_CLUSTER
-    __shared__ float pair[2];
+    __shared__ float pairs[CLUSTER_MAX][2];
+    kiln_after_previous_kernel();
     const float NEG = -kiln_inf();
-    unsigned b = blockIdx.x % CLUSTER_BLOCKS;
-    i64 row = blockIdx.x / CLUSTER_BLOCKS, begin = b * chunk;
-    // 32-bit offsets from this thread's first element: fewer registers beside the V values.
-    int here = (int)(min(begin + chunk, r) - begin) - (int)threadIdx.x, stride = blockDim.x;
-    const T* xr = x + row * r + begin + threadIdx.x;
-    T* yr = y + row * r + begin + threadIdx.x;
-    float v[V];
-    float mb = NEG;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-        v[i] = i * stride < here ? up<float>(xr[i * stride]) : NEG;
-        mb = nan_max(mb, v[i]);
-    }
-    mb = block_max(mb);
-    float sb = 0.f;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-        // A block with no finite value holds exact zeros (exp(-inf - m) for any finite m).
-        float e = mb == NEG ? 0.f : exp(v[i] - mb);
-        sb += e;
-        if (!want_log) v[i] = e;
-    }
-    sb = block_sum(sb);
-    if (threadIdx.x == 0) {
-        pair[0] = mb;
-        pair[1] = sb;
-    }
+    const unsigned nb = cluster_blocks(), b = cluster_rank();
+    const i64 row = blockIdx.x / nb, begin = b * chunk, end = min(begin + chunk, r);
+    const T* xr = x + row * r;
+    T* yr = y + row * r;
+    float v[V4][4];
+    const MaxSum<float> bs = block_exp(load_groups(xr, begin + (i64)threadIdx.x * 4, (i64)blockDim.x * 4, end, v), v, want_log);
+    if (threadIdx.x < nb) cluster_store2(pairs[b], threadIdx.x, bs.m, bs.s);
     cluster_arrive();
     cluster_wait();
-    MaxSum<float> st{NEG, 0.f};
-    for (unsigned q = 0; q < CLUSTER_BLOCKS; ++q) st = merge(st, MaxSum<float>{cluster_load(&pair[0], q), cluster_load(&pair[1], q)});
-    // Done reading the others' shared memory; they may exit once everyone has arrived.
-    cluster_arrive();
-    float ls = log(st.s), f = mb == NEG ? 0.f : exp(mb - st.m) / st.s;
-    if (st.m == NEG || st.m != st.m) f = kiln_nan();  // an all -inf or NaN row: NaN, as PyTorch
+    const int lane = threadIdx.x & 31;
+    MaxSum<float> all = lane < (int)nb ? MaxSum<float>{pairs[lane][0], pairs[lane][1]} : MaxSum<float>{NEG, 0.f};
+    all = warp_merge(all);
+    const float ls = log(all.s);
+    float f = bs.m == NEG ? 0.f : exp(bs.m - all.m) / all.s;
+    if (all.m == NEG || all.m != all.m) f = kiln_nan();  // an all -inf or NaN row: NaN, as PyTorch
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-        if (i * stride < here) yr[i * stride] = down<T>(want_log ? v[i] - st.m - ls : v[i] * f);
-    cluster_wait();
+    for (int i = 0; i < V4; ++i) {
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = want_log ? v[i][e] - all.m - ls : v[i][e] * f;
+        store4(yr, begin + ((i64)i * blockDim.x + threadIdx.x) * 4, end, o);
+    }
 #else
     __trap();
 #endif
@@ -316,7 +322,8 @@ __device__ __forceinline__ bool get_slot(const u64* p, unsigned ep, MaxSum<float
 // and the next launch's tag (epoch + 1) matches no stale slot.
 template <typename T, int V4>
 __device__ void softmax_poll(const T* x, T* y, i64 r, i64 bpr, i64 chunk, int want_log, unsigned* sync) {
-    __shared__ float pair[2];
+    __shared__ float wpart[4][2];  // the polling warps' merged pairs (bpr <= 128)
+    kiln_after_previous_kernel();
     const float NEG = -kiln_inf();
     unsigned* epoch = sync + 2;
     u64* slots = (u64*)(sync + 4);
@@ -325,43 +332,35 @@ __device__ void softmax_poll(const T* x, T* y, i64 r, i64 bpr, i64 chunk, int wa
     const T* xr = x + row * r;
     T* yr = y + row * r;
     float v[V4][4];
-    float mb = block_max(load_groups(xr, begin + (i64)threadIdx.x * 4, (i64)blockDim.x * 4, end, v));
-    float sb = 0.f;
-#pragma unroll
-    for (int i = 0; i < V4; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            // A block with no finite value holds exact zeros (exp(-inf - m) for any finite m).
-            float ex = mb == NEG ? 0.f : exp(v[i][e] - mb);
-            sb += ex;
-            if (!want_log) v[i][e] = ex;
-        }
-    sb = block_sum(sb);
-    if (threadIdx.x == 0) put_slot(slots + 2 * blockIdx.x, ep, mb, sb);
-    if (threadIdx.x < 32) {
+    const MaxSum<float> bs = block_exp(load_groups(xr, begin + (i64)threadIdx.x * 4, (i64)blockDim.x * 4, end, v), v, want_log);
+    if (threadIdx.x == 0) put_slot(slots + 2 * blockIdx.x, ep, bs.m, bs.s);
+    // Warp w polls the row's slots 32·w .. 32·w + 31, a slot a lane: one L2 round trip once
+    // the last pair lands, however many blocks the row has (bpr <= 32 · warps).
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pollers = (int)((bpr + 31) / 32);
+    if (warp < pollers) {
         MaxSum<float> st{NEG, 0.f}, q;
-        for (i64 b = threadIdx.x; b < bpr; b += 32) {
+        const i64 b = (i64)warp * 32 + lane;
+        if (b < bpr) {
             while (!get_slot(slots + 2 * (row * bpr + b), ep, q)) {}
-            st = merge(st, q);
+            st = q;
         }
         st = warp_merge(st);
-        if (blockIdx.x == 0) {
-            // One row: its slots are the grid's, all seen above (a second pass would put
-            // another L2 round trip on the kernel's tail).
-            if (gridDim.x > bpr)
-                for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
-                    while (!get_slot(slots + 2 * b, ep, q)) {}
-            __syncwarp();
-            if (threadIdx.x == 0) *(volatile unsigned*)epoch = ep;
-        }
-        if (threadIdx.x == 0) {
-            pair[0] = st.m;
-            pair[1] = st.s;
+        // Block 0 advances the epoch below, once every slot of the grid holds this launch's
+        // pair: with one row those are the row's, all seen here.
+        if (blockIdx.x == 0 && warp == 0 && gridDim.x > bpr)
+            for (unsigned g = lane; g < gridDim.x; g += 32)
+                while (!get_slot(slots + 2 * g, ep, q)) {}
+        if (lane == 0) {
+            wpart[warp][0] = st.m;
+            wpart[warp][1] = st.s;
         }
     }
     __syncthreads();
-    const float m = pair[0], s = pair[1], ls = log(s);
-    float f = mb == NEG ? 0.f : exp(mb - m) / s;
+    if (blockIdx.x == 0 && threadIdx.x == 0) *(volatile unsigned*)epoch = ep;
+    MaxSum<float> all{wpart[0][0], wpart[0][1]};
+    for (int w = 1; w < pollers; ++w) all = merge(all, MaxSum<float>{wpart[w][0], wpart[w][1]});
+    const float m = all.m, s = all.s, ls = log(s);
+    float f = bs.m == NEG ? 0.f : exp(bs.m - m) / s;
     if (m == NEG || m != m) f = kiln_nan();  // an all -inf or NaN row: NaN, as PyTorch
 #pragma unroll
     for (int i = 0; i < V4; ++i) {
@@ -381,12 +380,15 @@ __device__ void softmax_poll(const T* x, T* y, i64 r, i64 bpr, i64 chunk, int wa
         int lg, int phase, typename Acc<T>::type* part, unsigned int* bar) { softmax_split<T>(x, y, outer, r, bpr, chunk, lg, phase, part, bar); }
 KILN_SOFTMAX(f16, kh) KILN_SOFTMAX(bf16, kbf) KILN_SOFTMAX(f32, float) KILN_SOFTMAX(f64, double)
 
-// softmax_cluster<V>_<dtype>, 512 threads; cuda/ops/reduce.rs: CLUSTER_V.
-#define KILN_SOFTMAX_CLUSTER(S, T, V)                                                                  \
-    extern "C" __global__ void __launch_bounds__(512) KILN_CLUSTER_DIMS softmax_cluster##V##_##S(       \
-        const T* x, T* y, i64 r, i64 chunk, int lg) { softmax_cluster<T, V>(x, y, r, chunk, lg); }
+// softmax_cluster<V4>_<dtype>, at most 512 threads, launched with a cluster of up to
+// CLUSTER_MAX blocks (cuda/ops/reduce.rs: cluster_plan).
+#define KILN_SOFTMAX_CLUSTER(S, T, V4)                                                                   \
+    extern "C" __global__ void __launch_bounds__(512) softmax_cluster##V4##_##S(const T* x, T* y, i64 r, \
+                                                                                i64 chunk, int lg) {    \
+        softmax_cluster<T, V4>(x, y, r, chunk, lg);                                                      \
+    }
 #define KILN_SOFTMAX_CLUSTERS(S, T) \
-    KILN_SOFTMAX_CLUSTER(S, T, 8) KILN_SOFTMAX_CLUSTER(S, T, 16) KILN_SOFTMAX_CLUSTER(S, T, 32)
+    KILN_SOFTMAX_CLUSTER(S, T, 1) KILN_SOFTMAX_CLUSTER(S, T, 2) KILN_SOFTMAX_CLUSTER(S, T, 4) KILN_SOFTMAX_CLUSTER(S, T, 8)
 KILN_SOFTMAX_CLUSTERS(f16, kh) KILN_SOFTMAX_CLUSTERS(bf16, kbf) KILN_SOFTMAX_CLUSTERS(f32, float)
 
 // softmax_poll<V4>_<dtype>, at most 512 threads, two blocks per SM resident (the cooperative

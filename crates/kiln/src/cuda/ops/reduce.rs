@@ -6,7 +6,9 @@
 //! grid-wide sum (mse_loss), a histogram (bincount), top-k stages.
 
 use super::{dev_of, row_threads, rows_grid, suffix, NORM, REDUCE, SOFTMAX};
-use crate::cuda::{CudaDevice, DeviceBuffer, LaunchConfig, PushKernelArg};
+use crate::cuda::{
+    after_previous, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig, PushKernelArg,
+};
 use crate::error::Result;
 use crate::ops::ReduceOp;
 use crate::DType;
@@ -102,8 +104,8 @@ pub enum SoftmaxPath {
     Warp,
     /// v3: rows in chunks of a block each, merged (one block per row for medium rows).
     Split,
-    /// v4: a row over a cluster of 8 blocks, in registers (sm_90+, f32/f16/bf16, rows of
-    /// at most `CLUSTER_ROW_MAX`).
+    /// v4: a row over a cluster of up to 16 blocks, in registers (sm_90+, f32/f16/bf16,
+    /// rows of at most `CLUSTER_ROW_MAX`).
     Cluster,
     /// v5: rows over co-resident blocks that poll each other's (max, sum) slots, in
     /// registers (f32/f16/bf16; as many blocks as a cooperative launch may have).
@@ -129,40 +131,60 @@ pub fn set_softmax_path(path: Option<SoftmaxPath>) {
 
 /// Rows up to this long take the warp kernel.
 const WARP_ROW_MAX: usize = 1024;
-/// Blocks per cluster (`CLUSTER_BLOCKS`), threads and values per thread of
-/// `softmax_cluster<V>`: rows up to 8·512·32 elements.
-const CLUSTER_BLOCKS: usize = 8;
-const CLUSTER_THREADS: u32 = 512;
-const CLUSTER_V: [usize; 3] = [8, 16, 32];
-const CLUSTER_ROW_MAX: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 32;
-/// By shape (H200, bench/results/2026-12-03-fc94106), rows of more than 4096 take the poll
-/// kernel where its grid fits (`poll_plan`): 1 x 32000 3.4 µs against cluster 5.5 and split
-/// 6.2, 1 x 128256 4.7 against 9.6 and 6.4, 64 x 8192 6.8 against split 8.9. Otherwise the
-/// cluster kernel serves outer <= 32 rows with r <= 32768 or outer >= 16 (32 x 128256: 20.9
-/// against split's 23.0).
+/// Most blocks per cluster (`CLUSTER_MAX` of softmax.cu), and the longest row
+/// `softmax_cluster<V4>` holds: 16 blocks of 512 threads with 8 groups of four each.
+const CLUSTER_MAX: usize = 16;
+const CLUSTER_ROW_MAX: usize = CLUSTER_MAX * 512 * 4 * 8;
+/// (blocks per cluster, threads, V4, chunk) of `softmax_cluster` for rows of `r <=
+/// CLUSTER_ROW_MAX`: about 2048 elements a block, up to 16 blocks, then longer chunks
+/// (H200 lab, 2026-12-03, µs: 4 x 32000 on 16 x 256 threads 3.9; 64 x 8192 on 4 x 256 4.9;
+/// 32 x 128256 on 16 x 256 with 8 groups a thread 17.8, against 16 x 512 with 4 groups
+/// 22.4).
+fn cluster_plan(r: usize) -> (u32, u32, usize, usize) {
+    let blocks = r.div_ceil(2048).clamp(2, CLUSTER_MAX);
+    let chunk = r.div_ceil(blocks).next_multiple_of(32);
+    let threads = if chunk <= 256 * 4 * 8 { 256 } else { 512 };
+    let v4 = [1, 2, 4, 8].into_iter().find(|v| v * 4 * threads >= chunk).unwrap_or(8);
+    (blocks as u32, threads as u32, v4, chunk)
+}
+/// By shape (H200 lab, 2026-12-03, µs, programmatic dependent launch off), rows of more
+/// than 4096 take the cluster kernel for 3 to 64 rows of at most 32768 and for 8 to 64
+/// longer rows (4 x 32000 3.9 against poll 5.0, 64 x 8192 4.9 against 5.8, 8 x 128256
+/// 8.1 against 9.7), else the poll kernel where its grid fits (1 x 128256 4.3 against
+/// cluster 6.3 and split 6.4; 4 x 128256 5.7 against 6.5).
 fn poll_wins(r: usize) -> bool {
     r > 4096
 }
 fn cluster_wins(outer: usize, r: usize) -> bool {
-    r > 4096 && outer <= 32 && (r <= 32768 || outer >= 16)
+    r > 4096 && outer <= 64 && (outer >= 8 || (outer >= 3 && r <= 32768))
 }
 /// `softmax_poll<V4>` shapes as (threads, V4, most blocks per row): chunks of 1024, 2048 and
-/// 4096 elements. Rows take the first shape within its block limit whose whole grid a
-/// cooperative launch holds. Warp 0 polls a row's slots 32 at a time, one L2 round trip per
-/// 32 blocks, so the small chunk stops at 32 (H200 lab, 2026-12-03, µs: 1 x 32000 on 32 x
-/// 1024 3.2; 1 x 128256 on 63 x 2048 4.6 against 126 x 1024 5.1 and 32 x 4096 4.8; 1 x
-/// 262144 on 128 x 2048 5.6 against 64 x 4096 5.8; 64 x 8192 on 4 x 2048 per row 5.9).
+/// 4096 elements. Rows take the first shape within its block limit whose grid is at most
+/// one block per SM, else the fitting shape with the fewest blocks; a grid must fit one
+/// cooperative launch (and the slots). A warp polls 32 slots, so the small chunk stops at
+/// 32 blocks a row (H200 lab, 2026-12-03, µs: 1 x 32000 on 32 x 1024 3.4 against 16 x 2048
+/// 4.0; 1 x 128256 on 63 x 2048 4.3 against 32 x 4096 4.8; 4 x 128256 on 4 x 32 x 4096 5.7
+/// against 4 x 63 x 2048 6.4).
 const POLL_SHAPES: [(u32, usize, usize); 3] = [(256, 1, 32), (256, 2, 128), (512, 2, 128)];
 
 /// (threads, V4, blocks per row, chunk) of `softmax_poll` for `outer` rows of `r`, or `None`
-/// when the grid would exceed what a cooperative launch (or the slots) allow.
+/// when no grid fits what a cooperative launch (or the slots) allow.
 fn poll_plan(dev: &CudaDevice, outer: usize, r: usize) -> Option<(u32, usize, usize, usize)> {
     let limit = coop_blocks(dev).min(POLL_SLOTS);
-    POLL_SHAPES.iter().find_map(|&(threads, v4, max_bpr)| {
+    let sms = dev.props().sm_count.max(1) as usize;
+    let fits = POLL_SHAPES.iter().filter_map(|&(threads, v4, max_bpr)| {
         let chunk = threads as usize * 4 * v4;
         let bpr = r.div_ceil(chunk).max(1);
         (bpr <= max_bpr && outer * bpr <= limit).then_some((threads, v4, bpr, chunk))
-    })
+    });
+    let mut last = None;
+    for p in fits {
+        if outer * p.2 <= sms {
+            return Some(p);
+        }
+        last = Some(p);
+    }
+    last
 }
 /// Threads and values per thread of `softmax_split` (`SPLIT_V`): its tile.
 const SPLIT_THREADS: u32 = 512;
@@ -254,8 +276,8 @@ fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> SoftmaxP
     match SOFTMAX_PATH.load(Ordering::Relaxed) {
         1 => SoftmaxPath::Rows,
         0 | 2 if r <= WARP_ROW_MAX => SoftmaxPath::Warp,
-        0 if poll_ok && poll_wins(r) => SoftmaxPath::Poll,
         0 if cluster_ok && cluster_wins(outer, r) => SoftmaxPath::Cluster,
+        0 if poll_ok && poll_wins(r) => SoftmaxPath::Poll,
         4 if cluster_ok => SoftmaxPath::Cluster,
         5 if poll_ok => SoftmaxPath::Poll,
         _ => SoftmaxPath::Split,
@@ -287,15 +309,21 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             };
         }
         SoftmaxPath::Cluster => {
-            let chunk = r.div_ceil(CLUSTER_BLOCKS).next_multiple_of(32);
-            let v = CLUSTER_V.into_iter().find(|v| v * CLUSTER_THREADS as usize >= chunk).unwrap_or(32);
-            let f = dev.function(&SOFTMAX, &format!("softmax_cluster{v}_{sfx}"))?;
+            let (blocks, threads, v4, chunk) = cluster_plan(r);
+            let f = dev.function(&SOFTMAX, &format!("softmax_cluster{v4}_{sfx}"))?;
             let chunk64 = chunk as i64;
-            // SAFETY: reads and writes outer·r contiguous elements; the kernel's compile-time
-            // cluster is CLUSTER_BLOCKS blocks, the grid a multiple of it (a cluster per row),
-            // and chunk <= CLUSTER_THREADS·v.
+            let how = Launch { cluster: Some(blocks), after_previous: after_previous(), ..Launch::default() };
+            // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
+            // aligned); a cluster of `blocks` per row, chunk <= threads·4·v4 (cluster_plan); the
+            // kernel calls kiln_after_previous_kernel before touching memory.
             unsafe {
-                launch!(dev.stream(), f, cfg(outer * CLUSTER_BLOCKS, CLUSTER_THREADS); xp, op_, r64, chunk64, lg)?
+                launch(
+                    &dev.stream(),
+                    &f,
+                    cfg(outer * blocks as usize, threads),
+                    how,
+                    &mut kernel_args![xp, op_, r64, chunk64, lg],
+                )?
             };
         }
         SoftmaxPath::Poll if sync_words(&dev)?.is_some() => {
@@ -303,14 +331,21 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             let f = dev.function(&SOFTMAX, &format!("softmax_poll{v4}_{sfx}"))?;
             let sync = sync_words(&dev)?.unwrap_or(0);
             let (bpr64, chunk64) = (bpr as i64, chunk as i64);
-            let stream = dev.stream();
-            let mut b = stream.raw().launch_builder(&f);
-            b.arg(&xp).arg(&op_).arg(&r64).arg(&bpr64).arg(&chunk64).arg(&lg).arg(&sync);
+            let how = Launch { cooperative: true, after_previous: after_previous(), ..Launch::default() };
             // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
             // aligned, softmax.cu: whole4); `sync` is this stream's sync area, whose POLL_SLOTS
             // slots cover the outer·bpr blocks (poll_plan); the cooperative launch makes those
-            // blocks (<= coop_blocks, <= 512 threads) all resident, which the polling needs.
-            unsafe { b.launch_cooperative(cfg(outer * bpr, threads))? };
+            // blocks (<= coop_blocks, <= 512 threads) all resident, which the polling needs; the
+            // kernel calls kiln_after_previous_kernel before touching memory.
+            unsafe {
+                launch(
+                    &dev.stream(),
+                    &f,
+                    cfg(outer * bpr, threads),
+                    how,
+                    &mut kernel_args![xp, op_, r64, bpr64, chunk64, lg, sync],
+                )?
+            };
         }
         SoftmaxPath::Split | SoftmaxPath::Poll => {
             let f = dev.function(&SOFTMAX, &format!("softmax_split_{sfx}"))?;
@@ -361,4 +396,20 @@ pub fn rms_norm(
     // SAFETY: reads outer·r elements (and r weights when `wp` is non-null), writes outer·r.
     unsafe { launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); xp, wp, op_, outer64, r64, eps)? };
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_plan_covers_every_row_length() {
+        for r in (4097..=CLUSTER_ROW_MAX).step_by(997).chain([CLUSTER_ROW_MAX, 32000, 128256, 262144]) {
+            let (blocks, threads, v4, chunk) = cluster_plan(r);
+            assert!((2..=CLUSTER_MAX as u32).contains(&blocks), "r {r}: {blocks} blocks");
+            assert!(chunk <= threads as usize * 4 * v4, "r {r}: chunk {chunk} over {threads} x {v4} groups");
+            assert!(blocks as usize * chunk >= r && chunk % 32 == 0, "r {r}");
+            assert!((blocks as usize - 1) * chunk < r, "r {r}: an empty block");
+        }
+    }
 }
