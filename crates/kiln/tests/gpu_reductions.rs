@@ -1,7 +1,8 @@
 //! The reductions family on the GPU against the CPU backend: softmax / log_softmax on every
 //! path (warp, block, split rows, two-launch fallback, cluster, poll), var_mean / std_mean, mse_loss,
 //! bincount, top-k and the fused routers; odd sizes, -inf rows, NaN, ties, long single
-//! rows, non-last dims, and the same ops captured in a CUDA graph. See `common/mod.rs`.
+//! rows, non-last dims, softmaxes reading their producer's output back to back (dependent
+//! launch), and the same ops captured in a CUDA graph. See `common/mod.rs`.
 
 mod common;
 
@@ -115,6 +116,28 @@ fn softmax_special(cx: &mut Ctx) -> R {
             both(&format!("softmax special r={r} {p}"), &g, &c, 4e-6, |x| x.softmax(-1))?;
             both(&format!("log_softmax special r={r} {p}"), &g, &c, 4e-6, |x| x.log_softmax(-1))
         })?;
+    }
+    Ok(())
+}
+
+/// Softmaxes that read what the kernel just before them wrote, back to back: the cluster
+/// and poll kernels are launched as programmatic dependents, so each must wait for its
+/// producer (an elementwise kernel, or another softmax that lets it start early) before
+/// reading. Checked with the dependent launch on and off.
+fn softmax_chains(cx: &mut Ctx) -> R {
+    for shape in [[1usize, 128256], [2, 128256], [4, 32000], [64, 8192], [1, 32000]] {
+        let (g, c) = cx.pair(&shape, DType::F32, 3.0).map_err(e)?;
+        for pdl in [true, false] {
+            kiln::cuda::set_after_previous(pdl);
+            let r = each_path(|p| {
+                both(&format!("softmax chain {shape:?} {p} pdl {pdl}"), &g, &c, 2e-5, |x| {
+                    let y = x.mul_scalar(2.0)?.softmax(-1)?.mul_scalar(shape[1] as f64)?;
+                    y.log_softmax(-1)?.softmax(-1)?.mul_scalar(shape[1] as f64)?.softmax(-1)
+                })
+            });
+            kiln::cuda::set_after_previous(true);
+            r?;
+        }
     }
     Ok(())
 }
@@ -429,6 +452,7 @@ fn main() -> ExitCode {
         ("softmax_long_rows", softmax_long_rows),
         ("softmax_dims", softmax_dims),
         ("softmax_special", softmax_special),
+        ("softmax_chains", softmax_chains),
         ("var_mean", var_mean),
         ("mse_loss", mse_loss),
         ("bincount", bincount),
