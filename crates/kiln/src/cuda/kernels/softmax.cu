@@ -249,6 +249,7 @@ __device__ void softmax_split(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 c
 #ifdef KILN_HAS_CLUSTER
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 __device__ __forceinline__ unsigned cluster_rank() { unsigned r; asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 __device__ __forceinline__ unsigned cluster_blocks() { unsigned n; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n)); return n; }
 // Stores (a, b) at the address `p` has in block `rank`'s shared memory: posted, made
@@ -262,14 +263,18 @@ __device__ __forceinline__ void cluster_store2(float* p, unsigned rank, float a,
 
 // Row blockIdx.x / C; block (cluster rank) b holds elements [b·chunk, (b+1)·chunk) in
 // registers, V4 groups of four per thread (vector loads), chunk <= blockDim.x·4·V4. Each
-// thread exponentiates against its own max (one exp per value); the block merges its
-// threads' (max, sum) pairs and writes its pair into every block of the cluster (remote
-// stores, no read round trips); after one cluster barrier each block merges the C pairs
-// from its own shared memory and scales its exponentials by exp(m_t - m) / s. No block
-// touches another's shared memory after the barrier, so none waits before it exits.
+// block exponentiates against its own max m_b (block_exp: one exp per value) and writes
+// its pair into every block of the cluster (remote stores, no read round trips); after one
+// cluster barrier each block merges the C pairs from its own shared memory and scales its
+// exponentials by exp(m_b - m) / s. No block
+// touches another's shared memory after that barrier, so none waits before it exits; a
+// first barrier phase, entered at the start, makes sure every block runs before the stores.
 template <typename T, int V4> __device__ void softmax_cluster(const T* x, T* y, i64 r, i64 chunk, int want_log) {
 #ifdef KILN_HAS_CLUSTER
     __shared__ float pairs[CLUSTER_MAX][2];
+    // Another block's shared memory exists once that block runs: announce this one now and
+    // wait for all before the remote stores (the loads and block merges hide the wait).
+    cluster_arrive_relaxed();
     kiln_after_previous_kernel();
     const float NEG = -kiln_inf();
     const unsigned nb = cluster_blocks(), b = cluster_rank();
@@ -278,6 +283,7 @@ template <typename T, int V4> __device__ void softmax_cluster(const T* x, T* y, 
     T* yr = y + row * r;
     float v[V4][4];
     const MaxSum<float> bs = block_exp(load_groups(xr, begin + (i64)threadIdx.x * 4, (i64)blockDim.x * 4, end, v), v, want_log);
+    cluster_wait();
     if (threadIdx.x < nb) cluster_store2(pairs[b], threadIdx.x, bs.m, bs.s);
     cluster_arrive();
     cluster_wait();
