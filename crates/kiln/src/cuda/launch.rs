@@ -10,7 +10,7 @@ use cudarc::driver::sys::{
 };
 use cudarc::driver::{CudaFunction, DriverError, LaunchConfig};
 
-use super::Stream;
+use super::{CudaDevice, Stream};
 
 /// What a launch asks for beyond its grid.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,6 +36,12 @@ pub fn after_previous() -> bool {
 /// Turns programmatic dependent launch on or off, process-wide.
 pub fn set_after_previous(on: bool) {
     AFTER_PREVIOUS.store(on, Ordering::Relaxed);
+}
+
+/// Whether a launch on `dev` uses programmatic dependent launch: switched on and sm_90+
+/// (the `griddepcontrol` instructions and the launch attribute are Hopper's).
+pub(crate) fn dependent_launch(dev: &CudaDevice) -> bool {
+    after_previous() && dev.props().cc_major >= 9
 }
 
 /// Kernel arguments as `cuLaunchKernelEx` takes them: a pointer to each value, which must be

@@ -41,7 +41,7 @@ pub use kernels::{
     KernelLoadKind, KernelSource, Strided, MAX_RANK, PRELUDE,
 };
 pub use launch::{after_previous, set_after_previous};
-pub(crate) use launch::{kernel_args, launch, Launch};
+pub(crate) use launch::{dependent_launch, kernel_args, launch, Launch};
 pub use stream::{with_stream, Event, Graph, Stream};
 
 /// Re-exports of the cudarc types that appear in this module's API.

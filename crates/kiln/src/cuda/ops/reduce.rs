@@ -151,7 +151,8 @@ fn cluster_plan(r: usize) -> (u32, u32, usize, usize) {
 /// than 4096 take the cluster kernel for 3 to 64 rows of at most 32768 and for 8 to 64
 /// longer rows (4 x 32000 3.9 against poll 5.0, 64 x 8192 4.9 against 5.8, 8 x 128256
 /// 8.1 against 9.7), else the poll kernel where its grid fits (1 x 128256 4.3 against
-/// cluster 6.3 and split 6.4; 4 x 128256 5.7 against 6.5).
+/// cluster 6.3 and split 6.4; 4 x 128256 5.7 against 6.5). In the harness at ef855a0
+/// (bench/results, as dependents): 1 x 128256 3.64, 64 x 8192 3.93, 32 x 128256 19.0.
 fn poll_wins(r: usize) -> bool {
     r > 4096
 }
@@ -312,7 +313,8 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             let (blocks, threads, v4, chunk) = cluster_plan(r);
             let f = dev.function(&SOFTMAX, &format!("softmax_cluster{v4}_{sfx}"))?;
             let chunk64 = chunk as i64;
-            let how = Launch { cluster: Some(blocks), after_previous: after_previous(), ..Launch::default() };
+            let how =
+                Launch { cluster: Some(blocks), after_previous: dependent_launch(&dev), ..Launch::default() };
             // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
             // aligned); a cluster of `blocks` per row, chunk <= threads·4·v4 (cluster_plan); the
             // kernel calls kiln_after_previous_kernel before touching memory.
@@ -331,7 +333,8 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             let f = dev.function(&SOFTMAX, &format!("softmax_poll{v4}_{sfx}"))?;
             let sync = sync_words(&dev)?.unwrap_or(0);
             let (bpr64, chunk64) = (bpr as i64, chunk as i64);
-            let how = Launch { cooperative: true, after_previous: after_previous(), ..Launch::default() };
+            let how =
+                Launch { cooperative: true, after_previous: dependent_launch(&dev), ..Launch::default() };
             // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
             // aligned, softmax.cu: whole4); `sync` is this stream's sync area, whose POLL_SLOTS
             // slots cover the outer·bpr blocks (poll_plan); the cooperative launch makes those
