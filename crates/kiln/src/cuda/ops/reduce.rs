@@ -7,7 +7,7 @@
 
 use super::{dev_of, row_threads, rows_grid, suffix, NORM, REDUCE, SOFTMAX};
 use crate::cuda::{
-    after_previous, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig, PushKernelArg,
+    dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig, PushKernelArg,
 };
 use crate::error::Result;
 use crate::ops::ReduceOp;
