@@ -124,23 +124,29 @@ template <typename A> __device__ __forceinline__ A softmax_out(A x, MaxSum<A> st
     return want_log ? z - log_s : exp(z) / st.s;
 }
 
-// The block's (max, sum of exp(v - max)) over its threads' V4 groups, whose max over the
-// thread is `m`; with !want_log the values become their exponentials. Max first, then one
-// exp per value: merging (max, sum) pairs across lanes costs two exps per step, which
-// measured slower (H200 lab, 2026-12-03: 1 x 128256 poll 4.7 -> 5.0 µs). A block with no
-// finite value holds exact zeros (exp(-inf - m) for any finite m) and gives (-inf, 0).
-template <int V4> __device__ __forceinline__ MaxSum<float> block_exp(float m, float (&v)[V4][4], int want_log) {
-    m = block_max(m);
-    float s = 0.f;
+// Exponentiates V4 groups against their max m in place (log_softmax keeps the values) and
+// returns the sum of the exponentials: one exp per value. With m = -inf (no finite value)
+// they are exact zeros, as exp(-inf - m) is for any finite m.
+template <typename A, int V4> __device__ __forceinline__ A exp_groups(A m, A (&v)[V4][4], int want_log) {
+    A s = 0;
 #pragma unroll
     for (int i = 0; i < V4; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float ex = m == -kiln_inf() ? 0.f : exp(v[i][e] - m);
+            A ex = m == (A)-kiln_inf() ? (A)0 : exp(v[i][e] - m);
             s += ex;
             if (!want_log) v[i][e] = ex;
         }
-    return MaxSum<float>{m, block_sum(s)};
+    return s;
+}
+
+// The block's (max, sum of exp(v - max)) over its threads' V4 groups, whose max over the
+// thread is `m`. Max first, then one exp per value: merging (max, sum) pairs across lanes
+// costs two exps per step, which measured slower (H200 lab, 2026-12-03: 1 x 128256 poll
+// 4.7 -> 5.0 µs). A block with no finite value gives (-inf, 0).
+template <int V4> __device__ __forceinline__ MaxSum<float> block_exp(float m, float (&v)[V4][4], int want_log) {
+    m = block_max(m);
+    return MaxSum<float>{m, block_sum(exp_groups(m, v, want_log))};
 }
 
 template <typename T, int V4>
@@ -155,23 +161,14 @@ __device__ void softmax_warp(const T* x, T* y, i64 outer, i64 r, int want_log) {
         A m = load_groups(xr, (i64)lane * 4, 128, r, v);
         // Max first, then one exp per value, kept for the output (not an online merge,
         // which evaluates exp twice per value: this kernel is bound by that arithmetic).
+        // An all -inf or NaN row sums to 0 or NaN: NaN out, as PyTorch.
         m = warp_max(m);
-        A s = 0;
-#pragma unroll
-        for (int i = 0; i < V4; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                A z = v[i][e] - m, ez = exp(z);
-                s += ez;
-                v[i][e] = want_log ? z : ez;
-            }
-        s = warp_sum(s);
-        const A ls = log(s), f = (A)1 / s;
+        const A s = warp_sum(exp_groups(m, v, want_log)), ls = log(s), f = (A)1 / s;
 #pragma unroll
         for (int i = 0; i < V4; ++i) {
             A o[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) o[e] = want_log ? v[i][e] - ls : v[i][e] * f;
+            for (int e = 0; e < 4; ++e) o[e] = want_log ? v[i][e] - m - ls : v[i][e] * f;
             store4(yr, (i64)(lane + 32 * i) * 4, r, o);
         }
     }

@@ -1,6 +1,7 @@
 //! FP8 launchers (`kernels/scaled_mm.cu` and cuBLASLt). Which path serves which case:
 //! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
-//!   loads; decode's case).
+//!   loads; decode's case). A frozen weight (`Tensor::freeze`) makes it a programmatic
+//!   dependent launch that loads its first weight bytes before the previous kernel ends.
 //! - M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
 //!   `A/B_SCALE_POINTER`; row-wise as `OUTER_VEC_32F` scale vectors. Where cuBLASLt has no
 //!   algorithm for the latter, the named slower path "row-wise epilogue" runs a unit-scale
@@ -11,7 +12,7 @@
 //!   computed with a padded leading dim and then copied out (cuBLASLt path only).
 
 use super::{copy, dev_of, row_threads, rows_grid, SCALED_MM};
-use crate::cuda::{CudaDevice, DeviceBuffer, PushKernelArg};
+use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, PushKernelArg};
 use crate::error::{Error, Result};
 use crate::fp8::Recipe;
 use crate::layout::Layout;
@@ -34,6 +35,8 @@ pub struct ScaledMm<'a> {
     pub recipe: Recipe,
     pub bias: Option<&'a DeviceBuffer>,
     pub out: DType,
+    /// `b` is a frozen tensor (`Tensor::freeze`): no kernel writes it.
+    pub b_frozen: bool,
 }
 
 /// Largest M the decode kernel serves.
@@ -163,6 +166,8 @@ fn gemv(
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
     let stream = dev.stream();
+    // A dependent launch streams the weight while the previous kernel finishes.
+    let early = p.b_frozen && w._copy.is_none() && dependent_launch(dev);
     // Row chunks of 16 (several only for K = 0 and shapes cuBLASLt declines): offset a,
     // scale_a and out per chunk.
     for m0 in (0..m).step_by(GEMV_MAX_M) {
@@ -176,13 +181,21 @@ fn gemv(
             block_dim: (32 * GEMV_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let kw32 = kw as i32;
+        let (kw32, wp) = (kw as i32, w.ptr);
         // SAFETY: the kernel reads mc rows of k bytes at `ap` (stride lda) and n rows at
         // w.ptr (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
         // at `sb`, n bias values when `bias` is non-null; it writes mc·n values of `out`
-        // from `op_`, inside the buffer allocated above.
+        // from `op_`, inside the buffer allocated above. As a dependent launch it reads only
+        // the weight before kiln_after_previous_kernel_behind, and only when no kernel
+        // writes the weight (frozen, not the aligned copy just made).
         unsafe {
-            launch!(stream, f, cfg; ap, lda, w.ptr, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki, kw32)?
+            launch(
+                &stream,
+                &f,
+                cfg,
+                Launch { after_previous: early, ..Launch::default() },
+                &mut kernel_args![ap, lda, wp, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki, kw32],
+            )?
         };
     }
     Ok(out)
@@ -344,8 +357,38 @@ fn lt_gemm(
         bias: bias.is_some(),
         align: [align_of(w.ptr), align_of(a.ptr), align_of(d)],
     };
+    let (alpha, beta) = (1f32, 0f32);
+    let run = |handle: sys::cublasLtHandle_t, algo: &sys::cublasLtMatmulAlgo_t| -> Result<()> {
+        // SAFETY: the layouts describe the live buffers: w (k × n, ld w.ld) and a (k × m, ld
+        // a.ld) of float8, d (n × m, ld ldd) of `dt`; scale and bias pointers hold what the
+        // modes need (ops checked the shapes); alpha / beta are host f32s read at enqueue; the
+        // workspace belongs to this stream and outlives the call; the handle is used under
+        // the mutex.
+        unsafe {
+            lt::matmul(
+                handle,
+                desc.0,
+                &alpha as *const f32 as _,
+                &beta as *const f32 as _,
+                w.ptr as *const c_void,
+                la.0,
+                a.ptr as *const c_void,
+                lb.0,
+                d as *const c_void,
+                ld_.0,
+                d as *mut c_void,
+                ld_.0,
+                algo,
+                ws_ptr as *mut c_void,
+                ws_len,
+                stream.cu_stream() as _,
+            )
+        }
+        .map_err(lt_err)
+    };
     let algo = match st.algos.get(&key) {
-        Some(a) => *a,
+        Some(Some(a)) => *a,
+        Some(None) => return Ok(false),
         None => {
             let pref = Owned(lt::create_matmul_pref().map_err(lt_err)?, lt::destroy_matmul_pref);
             use sys::cublasLtMatmulPreferenceAttributes_t as P;
@@ -361,45 +404,101 @@ fn lt_gemm(
             setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align[2] as u64, 4)?;
             setp(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align[2] as u64, 4)?;
             // SAFETY: every descriptor is live and describes the buffers of this call.
-            let found =
-                unsafe { lt::get_matmul_algo_heuristic(st.handle, desc.0, la.0, lb.0, ld_.0, ld_.0, pref.0) };
-            let algo = match found {
-                Ok(h) => Some(h.algo),
-                Err(lt::CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED)) => None,
-                Err(e) => return Err(lt_err(e)),
-            };
-            st.algos.insert(key, algo);
-            algo
+            let cands = unsafe { heuristic(st.handle, desc.0, la.0, lb.0, ld_.0, pref.0)? };
+            let flops = 2.0 * (m * n * k) as f64;
+            if cands.len() > 1 && flops >= LT_TUNE_FLOPS && !stream.is_capturing()? {
+                let best = fastest(dev, &cands, |algo| run(st.handle, algo))?;
+                st.algos.insert(key, Some(best));
+                best
+            } else {
+                // Untuned (small, or inside a capture: not kept, so a later call tunes).
+                let first = cands.first().copied();
+                if flops < LT_TUNE_FLOPS || cands.len() <= 1 {
+                    st.algos.insert(key, first);
+                }
+                match first {
+                    Some(a) => a,
+                    None => return Ok(false),
+                }
+            }
         }
     };
-    let Some(algo) = algo else { return Ok(false) };
-    let (alpha, beta) = (1f32, 0f32);
-    // SAFETY: the layouts describe the live buffers: w (k × n, ld w.ld) and a (k × m, ld a.ld)
-    // of float8, d (n × m, ld ldd) of `dt`; scale and bias pointers hold what the modes need
-    // (ops checked the shapes); alpha / beta are host f32s read at enqueue; the workspace
-    // belongs to this stream and outlives the call; the handle is used under the mutex.
-    unsafe {
-        lt::matmul(
-            st.handle,
-            desc.0,
-            &alpha as *const f32 as _,
-            &beta as *const f32 as _,
-            w.ptr as *const c_void,
-            la.0,
-            a.ptr as *const c_void,
-            lb.0,
-            d as *const c_void,
-            ld_.0,
-            d as *mut c_void,
-            ld_.0,
-            &algo,
-            ws_ptr as *mut c_void,
-            ws_len,
-            stream.cu_stream() as _,
-        )
-    }
-    .map_err(lt_err)?;
+    run(st.handle, &algo)?;
     Ok(true)
+}
+/// Candidates asked of cuBLASLt's heuristic for a problem worth timing them.
+const LT_CANDIDATES: usize = 8;
+/// Products of at least this many FLOPs time the heuristic's candidates once, on first use
+/// outside a capture, and keep the fastest; its first choice is not always that (at 8192³
+/// the spread is a few per cent, the size of the row-wise recipe's gap to tensor-wise).
+const LT_TUNE_FLOPS: f64 = 1e11;
+
+/// The heuristic's algorithms for a problem, best guess first (none: no algorithm).
+///
+/// # Safety
+/// Every descriptor is live.
+unsafe fn heuristic(
+    handle: sys::cublasLtHandle_t,
+    desc: sys::cublasLtMatmulDesc_t,
+    la: sys::cublasLtMatrixLayout_t,
+    lb: sys::cublasLtMatrixLayout_t,
+    ld: sys::cublasLtMatrixLayout_t,
+    pref: sys::cublasLtMatmulPreference_t,
+) -> Result<Vec<sys::cublasLtMatmulAlgo_t>> {
+    // SAFETY: an array of plain C structs, which cuBLASLt fills up to `count`.
+    let mut res: [sys::cublasLtMatmulHeuristicResult_t; LT_CANDIDATES] = unsafe { std::mem::zeroed() };
+    let mut count = 0i32;
+    // SAFETY: the descriptors are live (caller); `res` holds LT_CANDIDATES results.
+    let status = unsafe {
+        sys::cublasLtMatmulAlgoGetHeuristic(
+            handle,
+            desc,
+            la,
+            lb,
+            ld,
+            ld,
+            pref,
+            LT_CANDIDATES as i32,
+            res.as_mut_ptr(),
+            &mut count,
+        )
+    };
+    match status {
+        sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => {}
+        sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED => return Ok(vec![]),
+        e => return Err(lt_err(lt::CublasError(e))),
+    }
+    let ok =
+        res[..count.max(0) as usize].iter().filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
+    Ok(ok.map(|r| r.algo).collect())
+}
+
+/// The fastest of `cands` by CUDA-event timing of `run` (best of 3 rounds, interleaved so
+/// clock drift treats all alike); a candidate that fails to launch is skipped.
+fn fastest(
+    dev: &CudaDevice,
+    cands: &[sys::cublasLtMatmulAlgo_t],
+    run: impl Fn(&sys::cublasLtMatmulAlgo_t) -> Result<()>,
+) -> Result<sys::cublasLtMatmulAlgo_t> {
+    let stream = dev.stream();
+    let (e0, e1) = (dev.new_event(true)?, dev.new_event(true)?);
+    let mut best = vec![f32::INFINITY; cands.len()];
+    for round in 0..4 {
+        for (i, algo) in cands.iter().enumerate() {
+            e0.record(&stream)?;
+            if run(algo).is_err() {
+                continue;
+            }
+            e1.record(&stream)?;
+            e1.synchronize()?;
+            if round > 0 {
+                best[i] = best[i].min(e0.elapsed_ms(&e1)?); // round 0 warms up
+            }
+        }
+    }
+    let i = (0..cands.len()).min_by(|&x, &y| best[x].total_cmp(&best[y])).unwrap_or(0);
+    tracing::debug!("cuBLASLt candidates (ms): {best:?}; picked {i}");
+    Ok(cands[i])
 }
 
 /// Named slower path "decode kernel in 16-row chunks", for shapes cuBLASLt has no FP8
