@@ -188,6 +188,10 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             v["us"].as_f64().unwrap_or(0.0)
         );
     }
+    for t in kiln::cuda::ops::cublaslt_tunings() {
+        let ms: Vec<String> = t.candidates_ms.iter().map(|v| format!("{:.1}", v * 1e3)).collect();
+        println!("cuBLASLt {}: candidates µs [{}], kept #{}", t.problem, ms.join(", "), t.picked);
+    }
     let stack = layer_stack(4)?;
     println!(
         "{}:\n  weights {:.0} MB bf16 -> {:.0} MB fp8 ({:.3}x); decode pass {:.1} µs bf16 -> {:.1} µs fp8 ({:.2}x)",
@@ -205,6 +209,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         "method": "CUDA graph of 20 calls replayed; median of CUDA-event timings / 20",
         "op_latency": ops,
         "op_latency_rowwise_epilogue_path": epilogue,
+        "cublaslt_tunings": kiln::cuda::ops::cublaslt_tunings(),
         "memory": stack,
         "torch": torch.as_ref().ok().map(|t| json!({ "version": t["torch"], "device": t["device"] })),
         "torch_error": torch.err(),

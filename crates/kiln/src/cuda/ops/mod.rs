@@ -35,7 +35,9 @@ pub use matmul::matmul;
 pub use reduce::{
     reduce, rms_norm, set_block_sync, set_softmax_path, softmax, var_mean, BlockSync, SoftmaxPath,
 };
-pub use scaled_mm::{quantize_rows, scaled_mm, scaled_mm_force_epilogue, ScaledMm, GEMV_MAX_M};
+pub use scaled_mm::{
+    cublaslt_tunings, quantize_rows, scaled_mm, scaled_mm_force_epilogue, LtTuning, ScaledMm, GEMV_MAX_M,
+};
 pub use topk::{router_topk, topk};
 
 pub(crate) use super::Strided;

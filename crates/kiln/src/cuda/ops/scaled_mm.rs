@@ -407,7 +407,8 @@ fn lt_gemm(
             let cands = unsafe { heuristic(st.handle, desc.0, la.0, lb.0, ld_.0, pref.0)? };
             let flops = 2.0 * (m * n * k) as f64;
             if cands.len() > 1 && flops >= LT_TUNE_FLOPS && !stream.is_capturing()? {
-                let best = fastest(dev, &cands, |algo| run(st.handle, algo))?;
+                let label = format!("{m}x{k}x{n} {scales:?}");
+                let best = fastest(dev, &label, &cands, |algo| run(st.handle, algo))?;
                 st.algos.insert(key, Some(best));
                 best
             } else {
@@ -477,6 +478,7 @@ unsafe fn heuristic(
 /// clock drift treats all alike); a candidate that fails to launch is skipped.
 fn fastest(
     dev: &CudaDevice,
+    label: &str,
     cands: &[sys::cublasLtMatmulAlgo_t],
     run: impl Fn(&sys::cublasLtMatmulAlgo_t) -> Result<()>,
 ) -> Result<sys::cublasLtMatmulAlgo_t> {
@@ -497,8 +499,27 @@ fn fastest(
         }
     }
     let i = (0..cands.len()).min_by(|&x, &y| best[x].total_cmp(&best[y])).unwrap_or(0);
-    tracing::debug!("cuBLASLt candidates (ms): {best:?}; picked {i}");
+    let record = LtTuning { problem: label.to_string(), candidates_ms: best, picked: i };
+    TUNINGS.lock().unwrap_or_else(|e| e.into_inner()).push(record);
     Ok(cands[i])
+}
+
+/// One timing of cuBLASLt's candidates ([`cublaslt_tunings`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LtTuning {
+    /// `{M}x{K}x{N} {scale mode}`.
+    pub problem: String,
+    /// Best time of each candidate, in the heuristic's order (infinite: failed to launch).
+    pub candidates_ms: Vec<f32>,
+    /// The one kept.
+    pub picked: usize,
+}
+
+static TUNINGS: Mutex<Vec<LtTuning>> = Mutex::new(Vec::new());
+
+/// Every timing of cuBLASLt candidates this process made, oldest first (benchmarks report it).
+pub fn cublaslt_tunings() -> Vec<LtTuning> {
+    TUNINGS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Named slower path "decode kernel in 16-row chunks", for shapes cuBLASLt has no FP8
