@@ -49,18 +49,11 @@ fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> 
         (Tensor::scalar(0.5, DType::F32, GPU)?, Tensor::scalar(0.25, DType::F32, GPU)?)
     };
     let wts: Vec<Tensor> = ws.iter().map(|w| w.t()).collect::<Result<_>>()?;
-    let time = || {
-        let mut i = 0;
-        graph_median_ms(&dev, 20, if m >= 4096 { 10 } else { 50 }, || {
-            i += 1;
-            a.scaled_mm(&wts[i % copies], &sa, &sb, DType::BF16, None).map(drop)
-        })
-    };
-    // Weights as a model holds them (frozen), and as plain tensors (decode kernel only:
-    // a frozen weight lets it start loading before the previous call ends).
-    let plain = if m <= kiln::cuda::ops::GEMV_MAX_M { Some(time()?.median_ms * 1e3) } else { None };
-    ws.iter().try_for_each(|w| w.freeze())?;
-    let st = time()?;
+    let mut i = 0;
+    let st = graph_median_ms(&dev, 20, if m >= 4096 { 10 } else { 50 }, || {
+        i += 1;
+        a.scaled_mm(&wts[i % copies], &sa, &sb, DType::BF16, None).map(drop)
+    })?;
     let us = st.median_ms * 1e3;
     let bytes = (m * k + n * k + m * n * 2) as f64;
     let flops = 2.0 * (m * n * k) as f64;
@@ -69,7 +62,7 @@ fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> 
     Ok(json!({
         "name": name(m, n, k, recipe), "m": m, "n": n, "k": k, "recipe": recipe,
         "out_dtype": "bfloat16", "graph": true, "weight_copies": copies,
-        "us": us, "us_weight_not_frozen": plain, "floor_us": floor_us, "fraction_of_floor": floor_us / us,
+        "us": us, "floor_us": floor_us, "fraction_of_floor": floor_us / us,
         "tflops": flops / (us * 1e-6) / 1e12, "stats": st,
     }))
 }
@@ -174,13 +167,6 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         .collect::<Result<Vec<_>>>();
     kiln::cuda::ops::scaled_mm_force_epilogue(false);
     let epilogue = epilogue?;
-    for v in ops.iter().filter(|v| v["us_weight_not_frozen"].is_number()) {
-        println!(
-            "{:<40} {:>10.2}  (weight not frozen: launched plainly)",
-            v["name"].as_str().unwrap_or(""),
-            v["us_weight_not_frozen"].as_f64().unwrap_or(0.0)
-        );
-    }
     for v in &epilogue {
         println!(
             "{:<40} {:>10.2}  (row-wise epilogue path)",

@@ -235,7 +235,6 @@ impl Tensor {
                     recipe,
                     bias,
                     out: out_dtype,
-                    b_frozen: b.is_frozen(),
                 })?)
             }
             _ => unreachable!("devices checked above"),
@@ -361,8 +360,7 @@ impl Fp8Weight {
     }
 
     /// From stored parts: `weight` `[N, K]` float8_e4m3fn and `scale` f32 with one element
-    /// (per tensor) or N elements (`[N, 1]` or `[N]`, per output channel). The weight is
-    /// frozen ([`Tensor::freeze`]; a contiguous `weight` is the same storage, so it too).
+    /// (per tensor) or N elements (`[N, 1]` or `[N]`, per output channel).
     pub fn from_parts(weight: Tensor, scale: Tensor) -> Result<Fp8Weight> {
         const OP: &str = "Fp8Weight";
         weight.check_same_device(&scale, OP)?;
@@ -392,9 +390,7 @@ impl Fp8Weight {
             Granularity::Tensor => scale.reshape(&[1, 1])?.broadcast_to(&[1, n])?.contiguous()?,
             Granularity::Row => scale.reshape(&[1, n])?.contiguous()?,
         };
-        let weight = weight.contiguous()?;
-        weight.freeze()?;
-        Ok(Fp8Weight { weight, scale, granularity, col_scale })
+        Ok(Fp8Weight { weight: weight.contiguous()?, scale, granularity, col_scale })
     }
 
     pub fn weight(&self) -> &Tensor {
@@ -434,10 +430,8 @@ impl Fp8Weight {
     }
 
     pub fn to_device(&self, device: Device) -> Result<Fp8Weight> {
-        let weight = self.weight.to_device(device)?;
-        weight.freeze()?;
         Ok(Fp8Weight {
-            weight,
+            weight: self.weight.to_device(device)?,
             scale: self.scale.to_device(device)?,
             granularity: self.granularity,
             col_scale: self.col_scale.to_device(device)?,

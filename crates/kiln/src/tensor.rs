@@ -6,19 +6,12 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{DType, Device, Elem};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-/// Storage shared by every view of it, and whether it is frozen ([`Tensor::freeze`]).
-pub(crate) struct Shared {
-    data: RwLock<Storage>,
-    frozen: AtomicBool,
-}
 
 /// A strided view of typed storage. Cloning is cheap (shares storage), as are view ops.
 #[derive(Clone)]
 pub struct Tensor {
-    pub(crate) storage: Arc<Shared>,
+    pub(crate) storage: Arc<RwLock<Storage>>,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
     pub(crate) device: Device,
@@ -32,8 +25,7 @@ impl std::fmt::Debug for Tensor {
 
 impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: &[usize], dtype: DType, device: Device) -> Tensor {
-        let shared = Shared { data: RwLock::new(storage), frozen: AtomicBool::new(false) };
-        Tensor { storage: Arc::new(shared), layout: Layout::contiguous(shape), dtype, device }
+        Tensor { storage: Arc::new(RwLock::new(storage)), layout: Layout::contiguous(shape), dtype, device }
     }
 
     pub(crate) fn from_cpu(buf: CpuBuffer, shape: &[usize], dtype: DType) -> Tensor {
@@ -46,36 +38,11 @@ impl Tensor {
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Storage> {
-        self.storage.data.read().unwrap_or_else(|e| e.into_inner())
+        self.storage.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The storage for an in-place write by `op`; refused when it is frozen.
-    pub(crate) fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Storage>> {
-        if self.is_frozen() {
-            return Err(Error::invalid(
-                op,
-                "the tensor is frozen (read-only weights); write to a copy of it",
-            ));
-        }
-        Ok(self.storage.data.write().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Makes this tensor's storage (every view of it) read-only for the rest of its life:
-    /// in-place ops on it fail from now on. On a GPU it first waits for the work queued so
-    /// far, so no kernel still writes it; kernels that read a frozen weight may then start
-    /// loading it before the previous kernel on the stream has finished (programmatic
-    /// dependent launch). Model loaders and [`crate::fp8::Fp8Weight`] freeze their weights.
-    pub fn freeze(&self) -> Result<()> {
-        if let Device::Cuda(i) = self.device {
-            crate::cuda::device(i)?.synchronize()?;
-        }
-        self.storage.frozen.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// Whether [`Tensor::freeze`] made this storage read-only.
-    pub fn is_frozen(&self) -> bool {
-        self.storage.frozen.load(Ordering::Acquire)
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Storage> {
+        self.storage.write().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn shape(&self) -> &[usize] {

@@ -254,43 +254,6 @@ fn w8a16_views(cx: &mut Ctx) -> R {
     }
 }
 
-/// The decode kernel on a frozen weight, launched as a programmatic dependent that loads the
-/// weight before the previous kernel ends: back-to-back products whose activations a cast
-/// kernel writes just before each (so a read of them ahead of the wait would see stale
-/// bytes), against the same weight unfrozen and against the CPU.
-fn frozen_weight(cx: &mut Ctx) -> R {
-    for (m, n, k, rowwise) in [(1, 4096, 4096, false), (9, 1000, 4096, true), (16, 4104, 336, false)] {
-        let (w, wc) = cx.pair(&[n, k], DType::F8E4M3, 40.0).map_err(e)?;
-        let frozen = w.to_device(CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
-        frozen.freeze().map_err(e)?;
-        let (sa_shape, sb_shape): (Vec<usize>, Vec<usize>) =
-            if rowwise { (vec![m, 1], vec![1, n]) } else { (vec![], vec![]) };
-        let (sa, sac) = cx.pair(&sa_shape, DType::F32, 0.01).map_err(e)?;
-        let (sb, sbc) = cx.pair(&sb_shape, DType::F32, 0.01).map_err(e)?;
-        let xs: Vec<(Tensor, Tensor)> =
-            (0..8).map(|_| cx.pair(&[m, k], DType::F32, 40.0)).collect::<Result<_, _>>().map_err(e)?;
-        for (label, wt) in [("frozen", &frozen), ("plain", &w)] {
-            let outs: Vec<Tensor> = xs
-                .iter()
-                .map(|(x, _)| x.to_dtype(DType::F8E4M3)?.scaled_mm(&wt.t()?, &sa, &sb, DType::F32, None))
-                .collect::<Result<_, _>>()
-                .map_err(e)?;
-            for (i, (g, (_, xc))) in outs.iter().zip(&xs).enumerate() {
-                let c = xc
-                    .to_dtype(DType::F8E4M3)
-                    .map_err(e)?
-                    .scaled_mm(&wc.t().map_err(e)?, &sac, &sbc, DType::F32, None)
-                    .map_err(e)?;
-                same(&format!("{label} weight {m}x{k}x{n} product {i}"), g, &c, tol(DType::F32))?;
-            }
-        }
-        if frozen.copy_(&w).is_ok() {
-            return Err("copy_ into a frozen weight was accepted".into());
-        }
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let cases: &[Case] = &[
         ("quantizers", quantizers),
@@ -300,7 +263,6 @@ fn main() -> ExitCode {
         ("linear", linear),
         ("w8a16", w8a16),
         ("w8a16_views", w8a16_views),
-        ("frozen_weight", frozen_weight),
     ];
     common::run("gpu_fp8", cases)
 }

@@ -70,18 +70,6 @@ __device__ __forceinline__ void kiln_after_previous_kernel() {
 #endif
 }
 
-// The same, ordered after loads a kernel issued before it (ptxas otherwise hoists the wait
-// above every load it can): `v` is data of the last such load. Both predicated waits run
-// one way or the other, so the result is a plain wait that depends on `v`.
-__device__ __forceinline__ void kiln_after_previous_kernel_behind(unsigned v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{\n .reg .pred p;\n setp.lt.u32 p, %0, 0x40000000;\n @p griddepcontrol.wait;\n"
-                 " @!p griddepcontrol.wait;\n}" ::"r"(v)
-                 : "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // ---- 16-byte loads of the decode kernels (fp8_gemv, fp8_linear) ----
 struct __align__(16) u32x4 { unsigned int x, y, z, w; };
 
@@ -94,11 +82,10 @@ __device__ __forceinline__ u32x4 ld_stream16(const unsigned char* p) {
     return v;
 }
 
-// 16 bytes of the activations, re-read by every warp and block: kept in L1. Volatile, so
-// the compiler keeps it after kiln_after_previous_kernel (the previous kernel writes them).
+// 16 bytes of the activations, re-read by every warp and block: kept in L1.
 __device__ __forceinline__ u32x4 ld_keep16(const unsigned char* p) {
     u32x4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 

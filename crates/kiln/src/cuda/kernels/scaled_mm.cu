@@ -66,29 +66,16 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
     const unsigned char* arow0 = a + (lo ? g : 0) * lda;
     const unsigned char* arow1 = a + (hi ? g + 8 : 0) * lda;
     const u32x4 zero = {0, 0, 0, 0};
-    const int stride = KW * 64 * U;
-    int kb = q * 64 * U;
-    u32x4 wv[NT][U];
-    auto load_w = [&](int kb) {
+    for (int kb = q * 64 * U; kb < K; kb += KW * 64 * U) {
+        u32x4 wv[NT][U], a0[U], a1[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             int k = kb + u * 64 + t * 16;
             bool in = k < K; // K % 16 == 0: a 16-byte piece is wholly inside or outside
 #pragma unroll
             for (int j = 0; j < NT; ++j) wv[j][u] = in && wok[j] ? ld_stream16(wrow[j] + k) : zero;
-        }
-    };
-    // The first step's weight loads go out before the wait: launched as a dependent only
-    // for a frozen weight (no kernel writes it), they stream while the previous kernel ends.
-    load_w(kb);
-    kiln_after_previous_kernel_behind(wv[NT - 1][U - 1].w);
-    for (; kb < K; kb += stride) {
-        u32x4 a0[U], a1[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            int k = kb + u * 64 + t * 16;
-            a0[u] = k < K && lo ? ld_keep16(arow0 + k) : zero;
-            a1[u] = k < K && hi ? ld_keep16(arow1 + k) : zero;
+            a0[u] = in && lo ? ld_keep16(arow0 + k) : zero;
+            a1[u] = in && hi ? ld_keep16(arow1 + k) : zero;
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -100,7 +87,6 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
                 Mma<AT, BT>::run(acc[j], af[1], bf[1]);
             }
         }
-        if (kb + stride < K) load_w(kb + stride);
     }
     if (KW > 1) {
 #pragma unroll

@@ -1,7 +1,6 @@
 //! FP8 launchers (`kernels/scaled_mm.cu` and cuBLASLt). Which path serves which case:
 //! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
-//!   loads; decode's case). A frozen weight (`Tensor::freeze`) makes it a programmatic
-//!   dependent launch that loads its first weight bytes before the previous kernel ends.
+//!   loads; decode's case).
 //! - M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
 //!   `A/B_SCALE_POINTER`; row-wise as `OUTER_VEC_32F` scale vectors. Where cuBLASLt has no
 //!   algorithm for the latter, the named slower path "row-wise epilogue" runs a unit-scale
@@ -12,7 +11,7 @@
 //!   computed with a padded leading dim and then copied out (cuBLASLt path only).
 
 use super::{copy, dev_of, row_threads, rows_grid, SCALED_MM};
-use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, PushKernelArg};
+use crate::cuda::{CudaDevice, DeviceBuffer, PushKernelArg};
 use crate::error::{Error, Result};
 use crate::fp8::Recipe;
 use crate::layout::Layout;
@@ -35,8 +34,6 @@ pub struct ScaledMm<'a> {
     pub recipe: Recipe,
     pub bias: Option<&'a DeviceBuffer>,
     pub out: DType,
-    /// `b` is a frozen tensor (`Tensor::freeze`): no kernel writes it.
-    pub b_frozen: bool,
 }
 
 /// Largest M the decode kernel serves.
@@ -166,8 +163,6 @@ fn gemv(
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
     let stream = dev.stream();
-    // A dependent launch streams the weight while the previous kernel finishes.
-    let early = p.b_frozen && w._copy.is_none() && dependent_launch(dev);
     // Row chunks of 16 (several only for K = 0 and shapes cuBLASLt declines): offset a,
     // scale_a and out per chunk.
     for m0 in (0..m).step_by(GEMV_MAX_M) {
@@ -181,21 +176,13 @@ fn gemv(
             block_dim: (32 * GEMV_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (kw32, wp) = (kw as i32, w.ptr);
+        let kw32 = kw as i32;
         // SAFETY: the kernel reads mc rows of k bytes at `ap` (stride lda) and n rows at
         // w.ptr (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
         // at `sb`, n bias values when `bias` is non-null; it writes mc·n values of `out`
-        // from `op_`, inside the buffer allocated above. As a dependent launch it reads only
-        // the weight before kiln_after_previous_kernel_behind, and only when no kernel
-        // writes the weight (frozen, not the aligned copy just made).
+        // from `op_`, inside the buffer allocated above.
         unsafe {
-            launch(
-                &stream,
-                &f,
-                cfg,
-                Launch { after_previous: early, ..Launch::default() },
-                &mut kernel_args![ap, lda, wp, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki, kw32],
-            )?
+            launch!(stream, f, cfg; ap, lda, w.ptr, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki, kw32)?
         };
     }
     Ok(out)
