@@ -50,6 +50,7 @@ fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> 
     };
     let wts: Vec<Tensor> = ws.iter().map(|w| w.t()).collect::<Result<_>>()?;
     let mut i = 0;
+    let own_before = kiln::cuda::ops::own_fp8_gemm_launches();
     let st = graph_median_ms(&dev, 20, if m >= 4096 { 10 } else { 50 }, || {
         i += 1;
         a.scaled_mm(&wts[i % copies], &sa, &sb, DType::BF16, None).map(drop)
@@ -59,8 +60,15 @@ fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> 
     let flops = 2.0 * (m * n * k) as f64;
     let floor_us = bytes / BANDWIDTH * 1e6;
     let recipe = if rowwise { "rowwise" } else { "tensorwise" };
+    let gemm = if m <= kiln::cuda::ops::GEMV_MAX_M {
+        "fp8_gemv"
+    } else if kiln::cuda::ops::own_fp8_gemm_launches() > own_before {
+        "kiln fp8_gemm"
+    } else {
+        "cuBLASLt"
+    };
     Ok(json!({
-        "name": name(m, n, k, recipe), "m": m, "n": n, "k": k, "recipe": recipe,
+        "name": name(m, n, k, recipe), "m": m, "n": n, "k": k, "recipe": recipe, "gemm": gemm,
         "out_dtype": "bfloat16", "graph": true, "weight_copies": copies,
         "us": us, "floor_us": floor_us, "fraction_of_floor": floor_us / us,
         "tflops": flops / (us * 1e-6) / 1e12, "stats": st,
@@ -142,13 +150,20 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         }
     }
     println!(
-        "{:<40} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}",
-        "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s", "torch µs", "torch/kiln"
+        "{:<40} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}  {}",
+        "workload (bf16 out, graph)",
+        "kiln µs",
+        "floor µs",
+        "of floor",
+        "TFLOP/s",
+        "torch µs",
+        "torch/kiln",
+        "path"
     );
     for v in &ops {
         let f = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
         println!(
-            "{:<40} {:>9.2} {:>9.2} {:>7.0}% {:>8.1} {:>9.2} {:>9.2}x",
+            "{:<40} {:>9.2} {:>9.2} {:>7.0}% {:>8.1} {:>9.2} {:>9.2}x  {}",
             v["name"].as_str().unwrap_or(""),
             f("us"),
             f("floor_us"),
@@ -156,16 +171,37 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             f("tflops"),
             f("torch_us"),
             f("torch_over_kiln"),
+            v["gemm"].as_str().unwrap_or(""),
+        );
+    }
+    // cuBLASLt where kiln's GEMM served, for comparison.
+    let large = || SHAPES.iter().filter(|s| s.0 > kiln::cuda::ops::GEMV_MAX_M);
+    let own_shapes: Vec<(usize, usize, usize, bool)> = ops
+        .iter()
+        .filter(|v| v["gemm"] == "kiln fp8_gemm")
+        .map(|v| {
+            let u = |key: &str| v[key].as_u64().unwrap_or(0) as usize;
+            (u("m"), u("n"), u("k"), v["recipe"] == "rowwise")
+        })
+        .collect();
+    kiln::cuda::ops::set_fp8_gemm(kiln::cuda::ops::Fp8Gemm::CublasLt);
+    let lt = own_shapes.iter().map(|&(m, n, k, rw)| scaled_mm_case(m, n, k, rw)).collect::<Result<Vec<_>>>();
+    kiln::cuda::ops::set_fp8_gemm(kiln::cuda::ops::Fp8Gemm::Auto);
+    let lt = lt?;
+    for v in &lt {
+        println!(
+            "{:<40} {:>9.2} {:>30.1}  (cuBLASLt, for comparison)",
+            v["name"].as_str().unwrap_or(""),
+            v["us"].as_f64().unwrap_or(0.0),
+            v["tflops"].as_f64().unwrap_or(0.0)
         );
     }
     // The row-wise epilogue path (named slower path) on the large shapes, for comparison.
     kiln::cuda::ops::scaled_mm_force_epilogue(true);
-    let epilogue = SHAPES
-        .iter()
-        .filter(|s| s.0 > kiln::cuda::ops::GEMV_MAX_M)
-        .map(|&(m, n, k)| scaled_mm_case(m, n, k, true))
-        .collect::<Result<Vec<_>>>();
+    kiln::cuda::ops::set_fp8_gemm(kiln::cuda::ops::Fp8Gemm::CublasLt);
+    let epilogue = large().map(|&(m, n, k)| scaled_mm_case(m, n, k, true)).collect::<Result<Vec<_>>>();
     kiln::cuda::ops::scaled_mm_force_epilogue(false);
+    kiln::cuda::ops::set_fp8_gemm(kiln::cuda::ops::Fp8Gemm::Auto);
     let epilogue = epilogue?;
     for v in &epilogue {
         println!(
@@ -194,6 +230,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         "provenance": crate::report::provenance(),
         "method": "CUDA graph of 20 calls replayed; median of CUDA-event timings / 20",
         "op_latency": ops,
+        "op_latency_cublaslt": lt,
         "op_latency_rowwise_epilogue_path": epilogue,
         "cublaslt_tunings": kiln::cuda::ops::cublaslt_tunings(),
         "memory": stack,

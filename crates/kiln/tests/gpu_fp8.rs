@@ -1,5 +1,5 @@
 //! FP8 on the GPU against the CPU backend: the quantisers (bit for bit), `scaled_mm` on the
-//! decode kernel (M ≤ 16) and on cuBLASLt (both scale recipes, the row-wise epilogue path,
+//! decode kernel (M ≤ 16), on kiln's Hopper GEMM and on cuBLASLt (both scale recipes, the row-wise epilogue path,
 //! every output dtype, bias, odd M and N, unaligned views, K = 0, empty), and
 //! `linear_fp8`: on its FP8 path against the CPU's, and at decode (≤ 16 bf16 / f16 rows, the
 //! w8a16 kernel) against `x.linear(w.dequantize())` in f32. See `common/mod.rs` for the
@@ -118,6 +118,52 @@ fn cublaslt(cx: &mut Ctx) -> R {
         check(cx, 64, 48, 128, DType::F8E5M2, DType::F8E4M3, true, DType::BF16, true)?;
     }
     kiln::cuda::ops::scaled_mm_force_epilogue(false);
+    Ok(())
+}
+
+/// kiln's Hopper FP8 GEMM, forced on so that small and odd shapes reach it: M and N off its
+/// 128×192 tile and its clusters of two tiles, K off its 128-byte block (the copy engine
+/// zero-fills the rest), both recipes, every output dtype, bias.
+fn own_gemm(cx: &mut Ctx) -> R {
+    use kiln::cuda::ops::{own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
+    let props = kiln::cuda::device(0).map_err(e)?.props().clone();
+    if (props.cc_major, props.cc_minor) != (9, 0) {
+        println!(
+            "  own_gemm: not run, the kernel needs compute capability 9.0 (this GPU is {}.{})",
+            props.cc_major, props.cc_minor
+        );
+        return Ok(());
+    }
+    set_fp8_gemm(Fp8Gemm::Own);
+    let before = own_fp8_gemm_launches();
+    let shapes = [
+        (17, 64, 32),
+        (100, 129, 256),
+        (129, 257, 208),
+        (300, 520, 1008),
+        (256, 384, 1024),
+        (1000, 200, 4096),
+    ];
+    let mut run = || -> R {
+        for (m, n, k) in shapes {
+            for rowwise in [false, true] {
+                for out in [DType::BF16, DType::F16, DType::F32] {
+                    check(cx, m, n, k, DType::F8E4M3, DType::F8E4M3, rowwise, out, false)?;
+                    if out != DType::F32 {
+                        check(cx, m, n, k, DType::F8E4M3, DType::F8E4M3, rowwise, out, true)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    let result = run();
+    set_fp8_gemm(Fp8Gemm::Auto);
+    result?;
+    let launches = own_fp8_gemm_launches() - before;
+    if launches != (shapes.len() * 10) as u64 {
+        return Err(format!("own_gemm: the kernel ran {launches} times, expected {}", shapes.len() * 10));
+    }
     Ok(())
 }
 
@@ -259,6 +305,7 @@ fn main() -> ExitCode {
         ("quantizers", quantizers),
         ("decode_kernel", decode_kernel),
         ("cublaslt", cublaslt),
+        ("own_gemm", own_gemm),
         ("layouts", layouts),
         ("linear", linear),
         ("w8a16", w8a16),

@@ -12,6 +12,7 @@ macro_rules! launch {
 
 mod copy;
 mod elementwise;
+mod fp8_gemm;
 mod fp8_linear;
 pub mod gemv;
 mod histogram;
@@ -24,6 +25,7 @@ mod topk;
 
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
+pub use fp8_gemm::{own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
 pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
     Variant as Fp8LinearVariant, W8A16_MAX_M,
@@ -65,10 +67,24 @@ pub(crate) const BINCOUNT: KernelSource = kernel_source!("bincount");
 pub(crate) const LOSS: KernelSource = kernel_source!("loss");
 pub(crate) const SCALED_MM: KernelSource = kernel_source!("scaled_mm");
 pub(crate) const FP8_LINEAR: KernelSource = kernel_source!("fp8_linear");
+pub(crate) const FP8_GEMM: KernelSource = kernel_source!("fp8_gemm");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
-pub const ALL_SOURCES: &[KernelSource] =
-    &[COPY, ELEMENTWISE, INDEX, REDUCE, SOFTMAX, NORM, GEMV, TOPK, BINCOUNT, LOSS, SCALED_MM, FP8_LINEAR];
+pub const ALL_SOURCES: &[KernelSource] = &[
+    COPY,
+    ELEMENTWISE,
+    INDEX,
+    REDUCE,
+    SOFTMAX,
+    NORM,
+    GEMV,
+    TOPK,
+    BINCOUNT,
+    LOSS,
+    SCALED_MM,
+    FP8_LINEAR,
+    FP8_GEMM,
+];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
 pub(crate) fn suffix(op: &'static str, dt: DType) -> Result<&'static str> {

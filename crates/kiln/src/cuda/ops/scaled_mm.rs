@@ -1,7 +1,9 @@
 //! FP8 launchers (`kernels/scaled_mm.cu` and cuBLASLt). Which path serves which case:
 //! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
 //!   loads; decode's case).
-//! - M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
+//! - M > 16 on compute capability 9.0, both operands e4m3, products that fill the GPU
+//!   (`fp8_gemm::serves`): kiln's own TMA + wgmma GEMM (`kernels/fp8_gemm.cu`), both recipes.
+//! - Other M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
 //!   `A/B_SCALE_POINTER`; row-wise as `OUTER_VEC_32F` scale vectors. Where cuBLASLt has no
 //!   algorithm for the latter, the named slower path "row-wise epilogue" runs a unit-scale
 //!   f32 GEMM and `scaled_mm_epilogue` applies scales, bias and the cast. Where it has no
@@ -10,7 +12,7 @@
 //!   fresh contiguous buffers first; an output row count N that is not a multiple of 16 is
 //!   computed with a padded leading dim and then copied out (cuBLASLt path only).
 
-use super::{copy, dev_of, row_threads, rows_grid, SCALED_MM};
+use super::{copy, dev_of, fp8_gemm, row_threads, rows_grid, SCALED_MM};
 use crate::cuda::{CudaDevice, DeviceBuffer, PushKernelArg};
 use crate::error::{Error, Result};
 use crate::fp8::Recipe;
@@ -79,9 +81,9 @@ fn out_name(dt: DType) -> &'static str {
 
 /// A K-contiguous operand as the kernels read it: rows of `ld` bytes from `ptr`, 16-byte
 /// aligned. Keeps the aligned copy alive when one was needed.
-struct Rows {
-    ptr: u64,
-    ld: usize,
+pub(super) struct Rows {
+    pub(super) ptr: u64,
+    pub(super) ld: usize,
     _copy: Option<DeviceBuffer>,
 }
 
@@ -112,6 +114,9 @@ pub fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
     let w = k_rows(p.b.0, &w_view, lb.strides[1])?;
     if m <= GEMV_MAX_M || k == 0 {
         return gemv(&dev, &p, &a, &w, m, n, k);
+    }
+    if fp8_gemm::serves(&dev, &p, &a, &w, (m, n, k)) {
+        return fp8_gemm::fp8_gemm(&dev, &p, &a, &w, m, n, k);
     }
     lt_scaled_mm(&dev, &p, &a, &w, m, n, k)
 }

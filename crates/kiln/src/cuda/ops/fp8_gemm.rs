@@ -1,0 +1,174 @@
+//! Launcher of `kernels/fp8_gemm.cu`, kiln's own Hopper FP8 GEMM (TMA + wgmma, clusters of
+//! two blocks sharing W rows), which serves `scaled_mm` for M > 16 where [`serves`] says so;
+//! cuBLASLt serves the rest.
+
+use super::scaled_mm::{Rows, ScaledMm};
+use super::FP8_GEMM;
+use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig};
+use crate::error::{Error, Result};
+use crate::fp8::Recipe;
+use crate::DType;
+use cudarc::driver::sys::{
+    self, CUfunction_attribute as FuncAttr, CUtensorMapDataType as Dt, CUtensorMapFloatOOBfill as Oob,
+    CUtensorMapInterleave as Interleave, CUtensorMapL2promotion as L2, CUtensorMapSwizzle as Swizzle,
+};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+// Tile and pipeline of fp8_gemm.cu (FG_BM, FG_BN, FG_BK, FG_STAGES, FG_CLUSTER, FG_THREADS).
+const BM: usize = 128;
+const BN: usize = 192;
+const BK: usize = 128;
+const STAGES: usize = 5;
+const CLUSTER: usize = 2;
+const THREADS: u32 = 384;
+/// The stages, their barriers and the slack that aligns them to 1024 bytes.
+const SMEM: usize = STAGES * (BM + BN) * BK + 1024 + 128;
+
+/// Which FP8 GEMM serves `scaled_mm` for M > 16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Gemm {
+    /// kiln's kernel where it runs and is faster ([`serves`]), cuBLASLt elsewhere.
+    Auto,
+    /// kiln's kernel wherever it runs (tests use it for small, odd shapes).
+    Own,
+    /// cuBLASLt always (benchmarks compare the two).
+    CublasLt,
+}
+
+static CHOICE: AtomicU8 = AtomicU8::new(0);
+
+/// Sets which GEMM serves `scaled_mm` for M > 16, process-wide.
+pub fn set_fp8_gemm(choice: Fp8Gemm) {
+    CHOICE.store(choice as u8, Ordering::Relaxed);
+}
+
+fn choice() -> Fp8Gemm {
+    match CHOICE.load(Ordering::Relaxed) {
+        1 => Fp8Gemm::Own,
+        2 => Fp8Gemm::CublasLt,
+        _ => Fp8Gemm::Auto,
+    }
+}
+
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+/// How many products kiln's FP8 GEMM has run in this process (tests and benchmarks check
+/// which GEMM served them).
+pub fn own_fp8_gemm_launches() -> u64 {
+    LAUNCHES.load(Ordering::Relaxed)
+}
+
+/// Whether the kernel can run this product: wgmma is compute capability 9.0's (sm_90a) own,
+/// both operands e4m3, the tensor copy engine wants 16-byte row pitches and int32 sizes.
+fn runs(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, dims: (usize, usize, usize)) -> bool {
+    let props = dev.props();
+    let (m, n, k) = dims;
+    (props.cc_major, props.cc_minor) == (9, 0)
+        && props.max_shared_mem_per_block_optin as usize >= SMEM
+        && p.a.2 == DType::F8E4M3
+        && p.b.2 == DType::F8E4M3
+        && k.is_multiple_of(16)
+        && a.ld.is_multiple_of(16)
+        && w.ld.is_multiple_of(16)
+        && [m, n, k].iter().all(|&v| v > 0 && v <= i32::MAX as usize)
+}
+
+/// Whether kiln's GEMM serves this product. On its own (`Auto`) it takes products big enough
+/// to fill the GPU with whole tiles, where it was measured faster than cuBLASLt.
+pub(super) fn serves(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    dims: (usize, usize, usize),
+) -> bool {
+    let (m, n, k) = dims;
+    match choice() {
+        Fp8Gemm::CublasLt => false,
+        Fp8Gemm::Own => runs(dev, p, a, w, dims),
+        Fp8Gemm::Auto => m >= 2048 && n >= 2048 && k >= 1024 && runs(dev, p, a, w, dims),
+    }
+}
+
+/// A 2-D tensor map over `rows` rows of K bytes, `ld` apart, read in boxes of
+/// `box_rows` × 128 bytes with the 128-byte swizzle the kernel's wgmma descriptors expect.
+fn tensor_map(op: &Rows, rows: usize, k: usize, box_rows: usize) -> Result<sys::CUtensorMap> {
+    let dims = [k as u64, rows as u64];
+    let strides = [op.ld as u64];
+    let boxes = [BK as u32, box_rows as u32];
+    let steps = [1u32, 1];
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: the arrays hold rank (2) dims, box sizes and element steps, rank − 1 strides;
+    // the address is 16-byte aligned and the pitch a multiple of 16 (`runs`); the driver
+    // writes the opaque map, which is plain data.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            Dt::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            2,
+            op.ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            Interleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            Swizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            Oob::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()
+        .map_err(|e| Error::Cuda(format!("scaled_mm: encoding a tensor map: {e}")))?;
+        Ok(map.assume_init())
+    }
+}
+
+/// `out[M, N] = a · wᵀ · scales (+ bias)` on kiln's kernel, where [`serves`] said yes.
+pub(super) fn fp8_gemm(
+    dev: &CudaDevice,
+    p: &ScaledMm<'_>,
+    a: &Rows,
+    w: &Rows,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<DeviceBuffer> {
+    let suffix = match p.out {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        _ => "f32",
+    };
+    let f = dev.function(&FP8_GEMM, &format!("fp8_gemm_{suffix}"))?;
+    f.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, SMEM as i32)?;
+    let (ma, mw) = (tensor_map(a, m, k, BM)?, tensor_map(w, n, k, BN / CLUSTER)?);
+    let out = dev.alloc(m * n * p.out.size())?;
+    // One cluster per pair of vertically adjacent tiles, at most one block per SM.
+    let pairs = m.div_ceil(CLUSTER * BM) * n.div_ceil(BN);
+    let sms = (dev.props().sm_count.max(CLUSTER as i32) as usize) & !(CLUSTER - 1);
+    let cfg = LaunchConfig {
+        grid_dim: ((CLUSTER * pairs).min(sms) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: SMEM as u32,
+    };
+    let how =
+        Launch { cluster: Some(CLUSTER as u32), after_previous: dependent_launch(dev), ..Launch::default() };
+    let (op, ldo, sa, sb) = (out.ptr(), n as i64, p.scale_a.ptr(), p.scale_b.ptr());
+    let bias = p.bias.map_or(0, |b| b.ptr());
+    let (m32, n32, k32, rowwise) = (m as i32, n as i32, k as i32, (p.recipe == Recipe::RowWise) as i32);
+    // SAFETY: the tensor maps cover m rows of `a` and n rows of `w`, K bytes each at their
+    // pitches (the copy engine reads nothing outside them and zero-fills the rest of a
+    // tile); the kernel writes only the m·n outputs of `out` (row pitch n), reads m or 1
+    // scales at `sa`, n or 1 at `sb` and n bias values when non-null. SMEM covers its
+    // stages and barriers, the grid is whole clusters, and it calls
+    // kiln_after_previous_kernel before its first global access.
+    unsafe {
+        launch(
+            &dev.stream(),
+            &f,
+            cfg,
+            how,
+            &mut kernel_args![ma, mw, op, ldo, sa, sb, bias, m32, n32, k32, rowwise],
+        )?
+    };
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    Ok(out)
+}
