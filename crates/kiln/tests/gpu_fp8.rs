@@ -125,7 +125,7 @@ fn cublaslt(cx: &mut Ctx) -> R {
 /// 128×192 tile and its clusters of two tiles, K off its 128-byte block (the copy engine
 /// zero-fills the rest), both recipes, every output dtype, bias.
 fn own_gemm(cx: &mut Ctx) -> R {
-    use kiln::cuda::ops::{own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
+    use kiln::cuda::ops::{fp8_gemm_choice, own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
     let props = kiln::cuda::device(0).map_err(e)?.props().clone();
     if (props.cc_major, props.cc_minor) != (9, 0) {
         println!(
@@ -134,6 +134,7 @@ fn own_gemm(cx: &mut Ctx) -> R {
         );
         return Ok(());
     }
+    let prev = fp8_gemm_choice();
     set_fp8_gemm(Fp8Gemm::Own);
     let before = own_fp8_gemm_launches();
     let shapes = [
@@ -158,7 +159,7 @@ fn own_gemm(cx: &mut Ctx) -> R {
         Ok(())
     };
     let result = run();
-    set_fp8_gemm(Fp8Gemm::Auto);
+    set_fp8_gemm(prev);
     result?;
     let launches = own_fp8_gemm_launches() - before;
     if launches != (shapes.len() * 10) as u64 {

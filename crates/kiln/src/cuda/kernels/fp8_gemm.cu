@@ -95,6 +95,20 @@ __device__ __forceinline__ void fg_wgmma(float* d, u64 da, u64 db, int accumulat
         : "memory");
 }
 #undef FG_R8
+
+// One 128-deep K block into a fresh accumulator d, as one commit group.
+__device__ __forceinline__ void fg_wgmma_block(float* d, u64 da, u64 dw) {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < FG_BK / 32; ++k) fg_wgmma(d, da + 2 * k, dw + 2 * k, k);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// This warp is done reading a stage: lane 0 tells both blocks' producers.
+__device__ __forceinline__ void fg_release(unsigned empty_bar, int wt) {
+    if ((wt & 31) == 0)
+        for (unsigned r = 0; r < FG_CLUSTER; ++r) fg_bar_arrive_in(empty_bar, r);
+}
 #endif
 
 template <typename T> __device__ __forceinline__ void fg_store2(T* p, float a, float b, bool pair, bool second) {
@@ -110,38 +124,41 @@ template <typename T> __device__ __forceinline__ void fg_store2(T* p, float a, f
 }
 
 // Scales and stores one warpgroup's 64×192 block. wgmma's accumulator layout: register
-// 4j + 2h + c of lane l in warp w holds row 16w + l/4 + 8h, column 8j + 2(l%4) + c.
+// 4j + 2h + c of lane l in warp w holds row 16w + l/4 + 8h, column 8j + 2(l%4) + c. The
+// column scales and bias are loaded first, all at once (clamped indices, no branches):
+// loaded per column between the stores they cost one L2 round trip each, and the tensor
+// cores wait for the epilogue.
 template <typename T>
 __device__ __forceinline__ void fg_epilogue(const float* acc, T* __restrict__ out, i64 ldo,
                                             const float* __restrict__ sa, const float* __restrict__ sb,
                                             const T* __restrict__ bias, int rowwise, int m0, int n0, int M, int N, int wt) {
+    const int cols = FG_BN / 4;  // this thread's columns: c0 + 8j + e, j < FG_BN / 8, e < 2
     int w = wt >> 5, l = wt & 31;
     int r0 = m0 + 16 * w + (l >> 2), c0 = n0 + 2 * (l & 3);
-    float s[2];
-    for (int h = 0; h < 2; ++h) {
-        int r = r0 + 8 * h;
-        s[h] = rowwise ? (r < M ? sa[r] : 0.f) : sa[0] * sb[0];
+    float cs[cols], cb[cols], s[2];
+#pragma unroll
+    for (int i = 0; i < cols; ++i) cs[i] = 1.f, cb[i] = 0.f;
+    if (rowwise) {
+#pragma unroll
+        for (int i = 0; i < cols; ++i) cs[i] = sb[min(c0 + 8 * (i >> 1) + (i & 1), N - 1)];
     }
+    if (bias) {
+#pragma unroll
+        for (int i = 0; i < cols; ++i) cb[i] = up<float>(bias[min(c0 + 8 * (i >> 1) + (i & 1), N - 1)]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) s[h] = rowwise ? sa[min(r0 + 8 * h, M - 1)] : sa[0] * sb[0];
     bool even = (ldo & 1) == 0;
 #pragma unroll
     for (int j = 0; j < FG_BN / 8; ++j) {
         int c = c0 + 8 * j;
-        if (c >= N) continue;
         bool second = c + 1 < N;
-        float b0 = 1.f, b1 = 1.f, z0 = 0.f, z1 = 0.f;
-        if (rowwise) {
-            b0 = sb[c];
-            b1 = second ? sb[c + 1] : 0.f;
-        }
-        if (bias) {
-            z0 = up<float>(bias[c]);
-            z1 = second ? up<float>(bias[c + 1]) : 0.f;
-        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             int r = r0 + 8 * h;
-            if (r >= M) continue;
-            float v0 = acc[4 * j + 2 * h] * s[h] * b0 + z0, v1 = acc[4 * j + 2 * h + 1] * s[h] * b1 + z1;
+            if (r >= M || c >= N) continue;
+            float v0 = acc[4 * j + 2 * h] * s[h] * cs[2 * j] + cb[2 * j];
+            float v1 = acc[4 * j + 2 * h + 1] * s[h] * cs[2 * j + 1] + cb[2 * j + 1];
             fg_store2(out + (i64)r * ldo + c, v0, v1, even && second, second);
         }
     }
@@ -211,14 +228,11 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
             for (int kb = 0; kb < kblocks; ++kb, ++it) {
                 unsigned s = it % FG_STAGES, a = base + s * FG_STAGE_BYTES;
                 fg_bar_wait(full + 8 * s, (it / FG_STAGES) & 1);
-                u64 da = fg_desc(a + cw * 64 * FG_BK), dw = fg_desc(a + FG_A_BYTES);
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                for (int k = 0; k < FG_BK / 32; ++k) fg_wgmma(d, da + 2 * k, dw + 2 * k, k);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                fg_wgmma_block(d, fg_desc(a + cw * 64 * FG_BK), fg_desc(a + FG_A_BYTES));
+                // ptxas serialises every wgmma if the accumulator of one is read while
+                // another is in flight, so the block is finished before it is promoted.
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                if ((wt & 31) == 0)
-                    for (unsigned r = 0; r < FG_CLUSTER; ++r) fg_bar_arrive_in(empty + 8 * s, r);
+                fg_release(empty + 8 * s, wt);
 #pragma unroll
                 for (int i = 0; i < FG_BN / 2; ++i) acc[i] += d[i];
             }

@@ -1,6 +1,9 @@
 //! Launcher of `kernels/fp8_gemm.cu`, kiln's own Hopper FP8 GEMM (TMA + wgmma, clusters of
-//! two blocks sharing W rows), which serves `scaled_mm` for M > 16 where [`serves`] says so;
-//! cuBLASLt serves the rest.
+//! two blocks sharing W rows, per-128-K promotion as cuBLASLt does without fast
+//! accumulation). Opt-in ([`Fp8Gemm::Own`], or `KILN_FP8_GEMM=own`): on the H200 it was
+//! measured slower than cuBLASLt on every shape tried (8192³ row-wise 1089 TFLOP/s against
+//! PyTorch's cuBLASLt 1224, 2026-12-03), so `scaled_mm` keeps cuBLASLt by default; it is
+//! the base for the row-wise recipe, where cuBLASLt offers a single algorithm.
 
 use super::scaled_mm::{Rows, ScaledMm};
 use super::FP8_GEMM;
@@ -27,26 +30,32 @@ const SMEM: usize = STAGES * (BM + BN) * BK + 1024 + 128;
 /// Which FP8 GEMM serves `scaled_mm` for M > 16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fp8Gemm {
-    /// kiln's kernel where it runs and is faster ([`serves`]), cuBLASLt elsewhere.
-    Auto,
-    /// kiln's kernel wherever it runs (tests use it for small, odd shapes).
-    Own,
-    /// cuBLASLt always (benchmarks compare the two).
+    /// cuBLASLt (the default).
     CublasLt,
+    /// kiln's kernel wherever it runs (compute capability 9.0, e4m3 operands, K a multiple
+    /// of 16), cuBLASLt elsewhere.
+    Own,
 }
 
+/// 0: not yet read from `KILN_FP8_GEMM`; then 1 + the choice.
 static CHOICE: AtomicU8 = AtomicU8::new(0);
 
-/// Sets which GEMM serves `scaled_mm` for M > 16, process-wide.
+/// Sets which GEMM serves `scaled_mm` for M > 16, process-wide (overrides `KILN_FP8_GEMM`).
 pub fn set_fp8_gemm(choice: Fp8Gemm) {
-    CHOICE.store(choice as u8, Ordering::Relaxed);
+    CHOICE.store(1 + choice as u8, Ordering::Relaxed);
 }
 
-fn choice() -> Fp8Gemm {
+/// The GEMM in use: [`set_fp8_gemm`]'s, else `KILN_FP8_GEMM` (`own` or `cublaslt`), else cuBLASLt.
+pub fn fp8_gemm_choice() -> Fp8Gemm {
     match CHOICE.load(Ordering::Relaxed) {
-        1 => Fp8Gemm::Own,
-        2 => Fp8Gemm::CublasLt,
-        _ => Fp8Gemm::Auto,
+        0 => {
+            let own = std::env::var("KILN_FP8_GEMM").is_ok_and(|v| v.eq_ignore_ascii_case("own"));
+            let c = if own { Fp8Gemm::Own } else { Fp8Gemm::CublasLt };
+            set_fp8_gemm(c);
+            c
+        }
+        2 => Fp8Gemm::Own,
+        _ => Fp8Gemm::CublasLt,
     }
 }
 
@@ -73,8 +82,7 @@ fn runs(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, dims: (usize, us
         && [m, n, k].iter().all(|&v| v > 0 && v <= i32::MAX as usize)
 }
 
-/// Whether kiln's GEMM serves this product. On its own (`Auto`) it takes products big enough
-/// to fill the GPU with whole tiles, where it was measured faster than cuBLASLt.
+/// Whether kiln's GEMM serves this product: chosen, and able to run it.
 pub(super) fn serves(
     dev: &CudaDevice,
     p: &ScaledMm<'_>,
@@ -82,12 +90,7 @@ pub(super) fn serves(
     w: &Rows,
     dims: (usize, usize, usize),
 ) -> bool {
-    let (m, n, k) = dims;
-    match choice() {
-        Fp8Gemm::CublasLt => false,
-        Fp8Gemm::Own => runs(dev, p, a, w, dims),
-        Fp8Gemm::Auto => m >= 2048 && n >= 2048 && k >= 1024 && runs(dev, p, a, w, dims),
-    }
+    fp8_gemm_choice() == Fp8Gemm::Own && runs(dev, p, a, w, dims)
 }
 
 /// A 2-D tensor map over `rows` rows of K bytes, `ld` apart, read in boxes of

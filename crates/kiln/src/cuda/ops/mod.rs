@@ -25,7 +25,7 @@ mod topk;
 
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
-pub use fp8_gemm::{own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
+pub use fp8_gemm::{fp8_gemm_choice, own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
 pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
     Variant as Fp8LinearVariant, W8A16_MAX_M,
