@@ -150,15 +150,8 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         }
     }
     println!(
-        "{:<40} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}  {}",
-        "workload (bf16 out, graph)",
-        "kiln µs",
-        "floor µs",
-        "of floor",
-        "TFLOP/s",
-        "torch µs",
-        "torch/kiln",
-        "path"
+        "{:<40} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}  path",
+        "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s", "torch µs", "torch/kiln"
     );
     for v in &ops {
         let f = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
