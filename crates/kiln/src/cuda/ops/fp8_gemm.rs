@@ -5,7 +5,7 @@
 //! PyTorch's cuBLASLt 1224, 2026-12-03), so `scaled_mm` keeps cuBLASLt by default; it is
 //! the base for the row-wise recipe, where cuBLASLt offers a single algorithm.
 
-use super::scaled_mm::{Rows, ScaledMm};
+use super::scaled_mm::{out_name, Rows, ScaledMm};
 use super::FP8_GEMM;
 use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig};
 use crate::error::{Error, Result};
@@ -131,16 +131,10 @@ pub(super) fn fp8_gemm(
     p: &ScaledMm<'_>,
     a: &Rows,
     w: &Rows,
-    m: usize,
-    n: usize,
-    k: usize,
+    dims: (usize, usize, usize),
 ) -> Result<DeviceBuffer> {
-    let suffix = match p.out {
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        _ => "f32",
-    };
-    let f = dev.function(&FP8_GEMM, &format!("fp8_gemm_{suffix}"))?;
+    let (m, n, k) = dims;
+    let f = dev.function(&FP8_GEMM, &format!("fp8_gemm_{}", out_name(p.out)))?;
     f.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, SMEM as i32)?;
     let (ma, mw) = (tensor_map(a, m, k, BM)?, tensor_map(w, n, k, BN / CLUSTER)?);
     let out = dev.alloc(m * n * p.out.size())?;

@@ -71,7 +71,7 @@ fn fp8_name(dt: DType) -> &'static str {
     }
 }
 
-fn out_name(dt: DType) -> &'static str {
+pub(super) fn out_name(dt: DType) -> &'static str {
     match dt {
         DType::BF16 => "bf16",
         DType::F16 => "f16",
@@ -116,7 +116,7 @@ pub fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
         return gemv(&dev, &p, &a, &w, m, n, k);
     }
     if fp8_gemm::serves(&dev, &p, &a, &w, (m, n, k)) {
-        return fp8_gemm::fp8_gemm(&dev, &p, &a, &w, m, n, k);
+        return fp8_gemm::fp8_gemm(&dev, &p, &a, &w, (m, n, k));
     }
     lt_scaled_mm(&dev, &p, &a, &w, m, n, k)
 }
