@@ -8,8 +8,8 @@
 // 128×192 keeps wgmma and promotion accumulators (96 + 96 registers) within a thread's
 // budget and tiles N = 8192 in 43 columns: 2752 tiles fill 132 SMs in 20.9 waves.
 // Blocks run in clusters of two that take vertically adjacent tiles: each loads its own
-// A rows and half of the shared W rows, multicast into both, which cuts the L2 → SM
-// traffic that otherwise caps the tensor cores by 30%.
+// A rows and half of the shared W rows, multicast into both: 28 KB of L2 reads per K
+// block instead of 40 (lab, 8192³ tensor-wise: 989 µs against 1041 without clusters).
 
 #define FG_BM 128
 #define FG_BN 192
