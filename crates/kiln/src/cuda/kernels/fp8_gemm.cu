@@ -14,10 +14,12 @@
 #define FG_BM 128
 #define FG_BN 192
 #define FG_BK 128
-#define FG_STAGES 5
+#define FG_STAGES 4
 #define FG_A_BYTES (FG_BM * FG_BK)
 #define FG_B_BYTES (FG_BN * FG_BK)
 #define FG_STAGE_BYTES (FG_A_BYTES + FG_B_BYTES)
+// Each consumer warpgroup's output staging buffer: 64 rows of 384 bytes.
+#define FG_OUT_BYTES (64 * 384)
 // Tiles are visited in bands of this many row tiles, so the A and W slices that the
 // resident tiles read stay in L2 together.
 #define FG_GROUP_M 16
@@ -111,67 +113,85 @@ __device__ __forceinline__ void fg_release(unsigned empty_bar, int wt) {
 }
 #endif
 
-template <typename T> __device__ __forceinline__ void fg_store2(T* p, float a, float b, bool pair, bool second) {
-    if (pair) {
-        struct __align__(2 * sizeof(T)) Two { T x, y; } v;
-        v.x = down<T>(a);
-        v.y = down<T>(b);
-        *(Two*)p = v;
-    } else {
-        p[0] = down<T>(a);
-        if (second) p[1] = down<T>(b);
-    }
+// Two adjacent outputs into the staging buffer at shared address `at`, as the output type.
+__device__ __forceinline__ void fg_stage2(unsigned at, float a, float b, float*) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(a), "f"(b) : "memory");
+}
+template <typename T> __device__ __forceinline__ void fg_stage2(unsigned at, float a, float b, T*) {
+    unsigned two = (unsigned)down<T>(a).x | ((unsigned)down<T>(b).x << 16);
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(two) : "memory");
 }
 
-// Scales and stores one warpgroup's 64×192 block. wgmma's accumulator layout: register
-// 4j + 2h + c of lane l in warp w holds row 16w + l/4 + 8h, column 8j + 2(l%4) + c. The
-// column scales and bias are loaded first, all at once (clamped indices, no branches):
-// loaded per column between the stores they cost one L2 round trip each, and the tensor
-// cores wait for the epilogue.
+// Scales a warpgroup's 64×192 block into its shared staging buffer and stores it with the
+// tensor copy engine, which clips partial tiles and runs on while the next tile's K loop
+// starts (plain stores of the fragments stalled the tensor cores: lab, 6.5% of 8192³).
+// wgmma's accumulator layout: register 4j + 2h + c of lane l in warp w holds row
+// 16w + l/4 + 8h, column 8j + 2(l%4) + c. The staging buffer holds 64 rows of 384 bytes
+// (all 192 columns of bf16 / f16, half of them of f32, so f32 takes two passes) as
+// boxes of 64 rows × 128 bytes in the 128-byte swizzle: the 8 rows a store instruction
+// touches land in 8 different bank groups. The column scales and bias are loaded first,
+// all at once (clamped indices, no branches): per column they cost an L2 round trip each.
 template <typename T>
-__device__ __forceinline__ void fg_epilogue(const float* acc, T* __restrict__ out, i64 ldo,
+__device__ __forceinline__ void fg_epilogue(const float* acc, unsigned stage, const TmaMap* mo,
                                             const float* __restrict__ sa, const float* __restrict__ sb,
-                                            const T* __restrict__ bias, int rowwise, int m0, int n0, int M, int N, int wt) {
+                                            const T* __restrict__ bias, int rowwise, int m0, int n0, int M, int N, int wt,
+                                            int barrier) {
     const int cols = FG_BN / 4;  // this thread's columns: c0 + 8j + e, j < FG_BN / 8, e < 2
+    const int passes = sizeof(T) / 2, per = FG_BN / passes, box_cols = 128 / sizeof(T);
     int w = wt >> 5, l = wt & 31;
-    int r0 = m0 + 16 * w + (l >> 2), c0 = n0 + 2 * (l & 3);
+    int r0 = 16 * w + (l >> 2), c0 = 2 * (l & 3);
     float cs[cols], cb[cols], s[2];
 #pragma unroll
     for (int i = 0; i < cols; ++i) cs[i] = 1.f, cb[i] = 0.f;
     if (rowwise) {
 #pragma unroll
-        for (int i = 0; i < cols; ++i) cs[i] = sb[min(c0 + 8 * (i >> 1) + (i & 1), N - 1)];
+        for (int i = 0; i < cols; ++i) cs[i] = sb[min(n0 + c0 + 8 * (i >> 1) + (i & 1), N - 1)];
     }
     if (bias) {
 #pragma unroll
-        for (int i = 0; i < cols; ++i) cb[i] = up<float>(bias[min(c0 + 8 * (i >> 1) + (i & 1), N - 1)]);
+        for (int i = 0; i < cols; ++i) cb[i] = up<float>(bias[min(n0 + c0 + 8 * (i >> 1) + (i & 1), N - 1)]);
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) s[h] = rowwise ? sa[min(r0 + 8 * h, M - 1)] : sa[0] * sb[0];
-    bool even = (ldo & 1) == 0;
+    for (int h = 0; h < 2; ++h) s[h] = rowwise ? sa[min(m0 + r0 + 8 * h, M - 1)] : sa[0] * sb[0];
 #pragma unroll
-    for (int j = 0; j < FG_BN / 8; ++j) {
-        int c = c0 + 8 * j;
-        bool second = c + 1 < N;
+    for (int p = 0; p < passes; ++p) {
+        // The buffer is free once the copy engine has read the previous stores out of it.
+        if (wt == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(barrier) : "memory");
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            int r = r0 + 8 * h;
-            if (r >= M || c >= N) continue;
-            float v0 = acc[4 * j + 2 * h] * s[h] * cs[2 * j] + cb[2 * j];
-            float v1 = acc[4 * j + 2 * h + 1] * s[h] * cs[2 * j + 1] + cb[2 * j + 1];
-            fg_store2(out + (i64)r * ldo + c, v0, v1, even && second, second);
+        for (int jp = 0; jp < per / 8; ++jp) {
+            const int j = p * per / 8 + jp;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                int r = r0 + 8 * h, byte = (8 * jp + c0) * (int)sizeof(T);
+                unsigned at = stage + (byte >> 7) * 64 * 128 + r * 128 + ((((byte >> 4) & 7) ^ (r & 7)) << 4) + (byte & 15);
+                float v0 = acc[4 * j + 2 * h] * s[h] * cs[2 * j] + cb[2 * j];
+                float v1 = acc[4 * j + 2 * h + 1] * s[h] * cs[2 * j + 1] + cb[2 * j + 1];
+                fg_stage2(at, v0, v1, (T*)0);
+            }
+        }
+        // The copy engine reads shared memory through the async proxy.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(barrier) : "memory");
+        if (wt == 0) {
+#pragma unroll
+            for (int b = 0; b < per / box_cols; ++b)
+                asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                             ::"l"((u64)mo), "r"(n0 + p * per + b * box_cols), "r"(m0), "r"(stage + b * 64 * 128)
+                             : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
     }
 }
 
 template <typename T>
-__device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw, T* out, i64 ldo, const float* sa,
+__device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw, const TmaMap* mo, const float* sa,
                                               const float* sb, const T* bias, int M, int N, int K, int rowwise) {
 #ifdef KILN_HAS_WGMMA
     extern __shared__ __align__(1024) unsigned char fg_raw[];
     // The 128-byte swizzle repeats every 1024 bytes: stages start on a 1024-byte boundary.
     unsigned base = (fg_smem(fg_raw) + 1023) & ~1023u;
-    unsigned full = base + FG_STAGES * FG_STAGE_BYTES, empty = full + 8 * FG_STAGES;
+    unsigned staging = base + FG_STAGES * FG_STAGE_BYTES, full = staging + 2 * FG_OUT_BYTES, empty = full + 8 * FG_STAGES;
     unsigned rank;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     int wg = threadIdx.x >> 7;
@@ -185,6 +205,7 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)ma) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)mw) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((u64)mo) : "memory");
     }
     fg_cluster_sync();
     kiln_after_previous_kernel();
@@ -236,8 +257,10 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
 #pragma unroll
                 for (int i = 0; i < FG_BN / 2; ++i) acc[i] += d[i];
             }
-            fg_epilogue(acc, out, ldo, sa, sb, bias, rowwise, m0 + (int)rank * FG_BM + 64 * cw, n0, M, N, wt);
+            fg_epilogue(acc, staging + cw * FG_OUT_BYTES, mo, sa, sb, bias, rowwise, m0 + (int)rank * FG_BM + 64 * cw,
+                        n0, M, N, wt, 1 + cw);
         }
+        if (wt == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
     // No block may leave while the other can still write its shared memory or barriers.
     fg_cluster_sync();
@@ -248,9 +271,10 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
 
 #define KILN_FP8_GEMM(S, T)                                                                                        \
     extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)                                                     \
-        fp8_gemm_##S(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mw, T* out, i64 ldo,        \
-                     const float* sa, const float* sb, const T* bias, int M, int N, int K, int rowwise) {          \
-        fp8_gemm_body<T>(&ma, &mw, out, ldo, sa, sb, bias, M, N, K, rowwise);                                      \
+        fp8_gemm_##S(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mw,                         \
+                     const __grid_constant__ TmaMap mo, const float* sa, const float* sb, const T* bias, int M,    \
+                     int N, int K, int rowwise) {                                                                   \
+        fp8_gemm_body<T>(&ma, &mw, &mo, sa, sb, bias, M, N, K, rowwise);                                           \
     }
 KILN_FP8_GEMM(bf16, kbf)
 KILN_FP8_GEMM(f16, kh)

@@ -22,11 +22,13 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 const BM: usize = 128;
 const BN: usize = 192;
 const BK: usize = 128;
-const STAGES: usize = 5;
+const STAGES: usize = 4;
 const CLUSTER: usize = 2;
 const THREADS: u32 = 384;
-/// The stages, their barriers and the slack that aligns them to 1024 bytes.
-const SMEM: usize = STAGES * (BM + BN) * BK + 1024 + 128;
+/// Each consumer warpgroup's output staging buffer (FG_OUT_BYTES): 64 rows of 384 bytes.
+const OUT_STAGING: usize = 64 * 384;
+/// The stages, two staging buffers, the barriers and the slack that aligns them to 1024 bytes.
+const SMEM: usize = STAGES * (BM + BN) * BK + 2 * OUT_STAGING + 1024 + 128;
 
 /// Which FP8 GEMM serves `scaled_mm` for M > 16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +71,8 @@ pub fn own_fp8_gemm_launches() -> u64 {
 }
 
 /// Whether the kernel can run this product: wgmma is compute capability 9.0's (sm_90a) own,
-/// both operands e4m3, the tensor copy engine wants 16-byte row pitches and int32 sizes.
+/// both operands e4m3, the tensor copy engine wants 16-byte row pitches (operands and the
+/// output it stores) and int32 sizes.
 fn runs(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, dims: (usize, usize, usize)) -> bool {
     let props = dev.props();
     let (m, n, k) = dims;
@@ -80,6 +83,7 @@ fn runs(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, dims: (usize, us
         && k.is_multiple_of(16)
         && a.ld.is_multiple_of(16)
         && w.ld.is_multiple_of(16)
+        && (n * p.out.size()).is_multiple_of(16)
         && [m, n, k].iter().all(|&v| v > 0 && v <= i32::MAX as usize)
 }
 
@@ -94,12 +98,19 @@ pub(super) fn serves(
     fp8_gemm_choice() == Fp8Gemm::Own && runs(dev, p, a, w, dims)
 }
 
-/// A 2-D tensor map over `rows` rows of K bytes, `ld` apart, read in boxes of
-/// `box_rows` × 128 bytes with the 128-byte swizzle the kernel's wgmma descriptors expect.
-fn tensor_map(op: &Rows, rows: usize, k: usize, box_rows: usize) -> Result<sys::CUtensorMap> {
-    let dims = [k as u64, rows as u64];
-    let strides = [op.ld as u64];
-    let boxes = [BK as u32, box_rows as u32];
+/// A 2-D tensor map over `rows` rows of `cols` elements of type `dt` (`size` bytes), `ld`
+/// elements apart, moved in boxes of `box_rows` rows × 128 bytes with the 128-byte swizzle
+/// the kernel's wgmma descriptors and staging buffers use.
+fn tensor_map(
+    ptr: u64,
+    dt: Dt,
+    size: usize,
+    (rows, cols, ld): (usize, usize, usize),
+    box_rows: usize,
+) -> Result<sys::CUtensorMap> {
+    let dims = [cols as u64, rows as u64];
+    let strides = [(ld * size) as u64];
+    let boxes = [(128 / size) as u32, box_rows as u32];
     let steps = [1u32, 1];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: the arrays hold rank (2) dims, box sizes and element steps, rank − 1 strides;
@@ -108,9 +119,9 @@ fn tensor_map(op: &Rows, rows: usize, k: usize, box_rows: usize) -> Result<sys::
     unsafe {
         sys::cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            Dt::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            dt,
             2,
-            op.ptr as *mut std::ffi::c_void,
+            ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
             strides.as_ptr(),
             boxes.as_ptr(),
@@ -137,8 +148,17 @@ pub(super) fn fp8_gemm(
     let (m, n, k) = dims;
     let f = dev.function(&FP8_GEMM, &format!("fp8_gemm_{}", out_name(p.out)))?;
     f.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, SMEM as i32)?;
-    let (ma, mw) = (tensor_map(a, m, k, BM)?, tensor_map(w, n, k, BN / CLUSTER)?);
+    let u8 = Dt::CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    let ma = tensor_map(a.ptr, u8, 1, (m, k, a.ld), BM)?;
+    let mw = tensor_map(w.ptr, u8, 1, (n, k, w.ld), BN / CLUSTER)?;
     let out = dev.alloc(m * n * p.out.size())?;
+    let odt = match p.out {
+        DType::BF16 => Dt::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::F16 => Dt::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        _ => Dt::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    };
+    // Each consumer warpgroup stores 64 rows at a time.
+    let mo = tensor_map(out.ptr(), odt, p.out.size(), (m, n, n), 64)?;
     // One cluster per pair of vertically adjacent tiles, at most one block per SM.
     let pairs = m.div_ceil(CLUSTER * BM) * n.div_ceil(BN);
     let sms = (dev.props().sm_count.max(CLUSTER as i32) as usize) & !(CLUSTER - 1);
@@ -149,14 +169,15 @@ pub(super) fn fp8_gemm(
     };
     let how =
         Launch { cluster: Some(CLUSTER as u32), after_previous: dependent_launch(dev), ..Launch::default() };
-    let (op, ldo, sa, sb) = (out.ptr(), n as i64, p.scale_a.ptr(), p.scale_b.ptr());
+    let (sa, sb) = (p.scale_a.ptr(), p.scale_b.ptr());
     let bias = p.bias.map_or(0, |b| b.ptr());
     let (m32, n32, k32, rowwise) = (m as i32, n as i32, k as i32, (p.recipe == Recipe::RowWise) as i32);
     // SAFETY: the tensor maps cover m rows of `a` and n rows of `w`, K bytes each at their
     // pitches (the copy engine reads nothing outside them and zero-fills the rest of a
-    // tile); the kernel writes only the m·n outputs of `out` (row pitch n), reads m or 1
+    // tile), and the m × n outputs of `out` (the copy engine clips partial tiles to them);
+    // the kernel reads m or 1
     // scales at `sa`, n or 1 at `sb` and n bias values when non-null. SMEM covers its
-    // stages and barriers, the grid is whole clusters, and it calls
+    // stages, staging buffers and barriers, the grid is whole clusters, and it calls
     // kiln_after_previous_kernel before its first global access.
     unsafe {
         launch(
@@ -164,7 +185,7 @@ pub(super) fn fp8_gemm(
             &f,
             cfg,
             how,
-            &mut kernel_args![ma, mw, op, ldo, sa, sb, bias, m32, n32, k32, rowwise],
+            &mut kernel_args![ma, mw, mo, sa, sb, bias, m32, n32, k32, rowwise],
         )?
     };
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
