@@ -1,10 +1,10 @@
 //! Launcher of `kernels/fp8_gemm.cu`, kiln's own Hopper FP8 GEMM (TMA + wgmma, clusters of
 //! two blocks sharing W rows, per-128-K promotion as cuBLASLt does without fast
-//! accumulation). Opt-in ([`Fp8Gemm::Own`], or `KILN_FP8_GEMM=own`): on the H200 it was
-//! measured slower than cuBLASLt on every shape tried (8192³ row-wise 1144 TFLOP/s against
-//! cuBLASLt's 1227, `bench/results/2026-12-03-e76b744-fp8.json`), so `scaled_mm` keeps
-//! cuBLASLt by default; it is the base for the row-wise recipe, where cuBLASLt offers a
-//! single algorithm.
+//! accumulation, output stored by the copy engine). Opt-in ([`Fp8Gemm::Own`], or
+//! `KILN_FP8_GEMM=own`): on the H200 it beat cuBLASLt only at 8192³ row-wise (893.3 µs
+//! against 913.9), matched it tensor-wise (876.4 against 877.8) and was slower at 4096³
+//! (133.4 against 115.7 row-wise; `bench/results/2026-12-04-6d5145c-fp8.json`), so
+//! `scaled_mm` keeps cuBLASLt by default until a shape rule is measured.
 
 use super::scaled_mm::{out_name, Rows, ScaledMm};
 use super::FP8_GEMM;

@@ -2,7 +2,8 @@
 //! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
 //!   loads; decode's case).
 //! - M > 16 with `Fp8Gemm::Own` chosen (opt-in, `fp8_gemm.rs` says why), compute capability
-//!   9.0, both operands e4m3: kiln's own TMA + wgmma GEMM (`kernels/fp8_gemm.cu`).
+//!   9.0, both operands e4m3, output rows a multiple of 16 bytes: kiln's own TMA + wgmma
+//!   GEMM (`kernels/fp8_gemm.cu`).
 //! - Other M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
 //!   `A/B_SCALE_POINTER`; row-wise as `OUTER_VEC_32F` scale vectors. Where cuBLASLt has no
 //!   algorithm for the latter, the named slower path "row-wise epilogue" runs a unit-scale
