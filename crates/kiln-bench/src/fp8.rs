@@ -5,6 +5,7 @@
 //! latency: one decode pass over the stack); and the `scaled_mm` fixture adapter.
 
 use crate::timing::graph_median_ms;
+use kiln::cuda::ops::Fp8Gemm;
 use kiln::fp8::{Fp8Weight, Granularity};
 use kiln::{DType, Device, Result, Tensor};
 use serde_json::{json, Value};
@@ -167,39 +168,11 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             v["gemm"].as_str().unwrap_or(""),
         );
     }
-    // kiln's own GEMM (opt-in) on the large shapes, against the default above.
-    let large = || SHAPES.iter().filter(|s| s.0 > kiln::cuda::ops::GEMV_MAX_M);
-    let default_gemm = kiln::cuda::ops::fp8_gemm_choice();
-    kiln::cuda::ops::set_fp8_gemm(kiln::cuda::ops::Fp8Gemm::Own);
-    let own = large()
-        .flat_map(|&(m, n, k)| [false, true].map(|rw| (m, n, k, rw)))
-        .map(|(m, n, k, rw)| scaled_mm_case(m, n, k, rw))
-        .collect::<Result<Vec<_>>>();
-    kiln::cuda::ops::set_fp8_gemm(default_gemm);
-    let own = own?;
-    for v in &own {
-        println!(
-            "{:<40} {:>9.2} {:>28.1} TFLOP/s  ({})",
-            v["name"].as_str().unwrap_or(""),
-            v["us"].as_f64().unwrap_or(0.0),
-            v["tflops"].as_f64().unwrap_or(0.0),
-            v["gemm"].as_str().unwrap_or("")
-        );
-    }
-    // The row-wise epilogue path (named slower path) on the large shapes, for comparison.
-    kiln::cuda::ops::scaled_mm_force_epilogue(true);
-    kiln::cuda::ops::set_fp8_gemm(kiln::cuda::ops::Fp8Gemm::CublasLt);
-    let epilogue = large().map(|&(m, n, k)| scaled_mm_case(m, n, k, true)).collect::<Result<Vec<_>>>();
-    kiln::cuda::ops::scaled_mm_force_epilogue(false);
-    kiln::cuda::ops::set_fp8_gemm(default_gemm);
-    let epilogue = epilogue?;
-    for v in &epilogue {
-        println!(
-            "{:<40} {:>10.2}  (row-wise epilogue path)",
-            v["name"].as_str().unwrap_or(""),
-            v["us"].as_f64().unwrap_or(0.0)
-        );
-    }
+    // Each GEMM forced on the large shapes, against the default (`Auto`) above, then the
+    // row-wise epilogue path (named slower path) for comparison.
+    let own = forced_rows(Fp8Gemm::Own, false)?;
+    let cublaslt = forced_rows(Fp8Gemm::CublasLt, false)?;
+    let epilogue = forced_rows(Fp8Gemm::CublasLt, true)?;
     for t in kiln::cuda::ops::cublaslt_tunings() {
         let ms: Vec<String> = t.candidates_ms.iter().map(|v| format!("{:.1}", v * 1e3)).collect();
         println!("cuBLASLt {}: candidates µs [{}], kept #{}", t.problem, ms.join(", "), t.picked);
@@ -221,12 +194,42 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         "method": "CUDA graph of 20 calls replayed; median of CUDA-event timings / 20",
         "op_latency": ops,
         "op_latency_own_gemm": own,
+        "op_latency_cublaslt": cublaslt,
         "op_latency_rowwise_epilogue_path": epilogue,
         "cublaslt_tunings": kiln::cuda::ops::cublaslt_tunings(),
         "memory": stack,
         "torch": torch.as_ref().ok().map(|t| json!({ "version": t["torch"], "device": t["device"] })),
         "torch_error": torch.err(),
     }))
+}
+
+/// The large shapes (M > 16) with `choice` forced (and cuBLASLt's row-wise epilogue path when
+/// `epilogue`, row-wise only), printed one per line; the defaults are restored after.
+fn forced_rows(choice: Fp8Gemm, epilogue: bool) -> Result<Vec<Value>> {
+    let default_gemm = kiln::cuda::ops::fp8_gemm_choice();
+    kiln::cuda::ops::set_fp8_gemm(choice);
+    kiln::cuda::ops::scaled_mm_force_epilogue(epilogue);
+    let recipes: &[bool] = if epilogue { &[true] } else { &[false, true] };
+    let rows = SHAPES
+        .iter()
+        .filter(|s| s.0 > kiln::cuda::ops::GEMV_MAX_M)
+        .flat_map(|&(m, n, k)| recipes.iter().map(move |&rw| (m, n, k, rw)))
+        .map(|(m, n, k, rw)| scaled_mm_case(m, n, k, rw))
+        .collect::<Result<Vec<_>>>();
+    kiln::cuda::ops::scaled_mm_force_epilogue(false);
+    kiln::cuda::ops::set_fp8_gemm(default_gemm);
+    let rows = rows?;
+    for v in &rows {
+        println!(
+            "{:<40} {:>9.2} {:>28.1} TFLOP/s  ({}{})",
+            v["name"].as_str().unwrap_or(""),
+            v["us"].as_f64().unwrap_or(0.0),
+            v["tflops"].as_f64().unwrap_or(0.0),
+            v["gemm"].as_str().unwrap_or(""),
+            if epilogue { ", row-wise epilogue path" } else { "" }
+        );
+    }
+    Ok(rows)
 }
 
 /// The `scaled_mm` fixture: in0 / in2 are float8_e4m3fn bytes stored as u8; b (`[K, N]`)

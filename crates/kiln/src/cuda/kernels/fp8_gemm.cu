@@ -122,6 +122,25 @@ template <typename T> __device__ __forceinline__ void fg_stage2(unsigned at, flo
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(two) : "memory");
 }
 
+// A tile's scales, fetched when its K loop starts so that their L2 round trip overlaps it:
+// the warpgroup's 192 column scales go to shared memory `cols` by asynchronous copies
+// (rowwise only; in registers they would spill), and this thread's two row scales (the
+// product sa·sb for tensor-wise) into `row`. Called after the previous tile's epilogue,
+// whose last barrier follows every read of `cols`.
+__device__ __forceinline__ void fg_fetch_scales(unsigned cols, float* row, const float* __restrict__ sa,
+                                                const float* __restrict__ sb, int rowwise, int m0, int n0, int M, int N,
+                                                int wt) {
+    if (rowwise) {
+        for (int c = wt; c < FG_BN; c += 128)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(cols + 4 * c), "l"(sb + min(n0 + c, N - 1))
+                         : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    int r0 = m0 + 16 * (wt >> 5) + ((wt & 31) >> 2);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row[h] = rowwise ? sa[min(r0 + 8 * h, M - 1)] : sa[0] * sb[0];
+}
+
 // Scales a warpgroup's 64×192 block into its shared staging buffer and stores it with the
 // tensor copy engine, which clips partial tiles and runs on while the next tile's K loop
 // starts (plain stores of the fragments stalled the tensor cores: lab, 6.5% of 8192³).
@@ -129,44 +148,38 @@ template <typename T> __device__ __forceinline__ void fg_stage2(unsigned at, flo
 // 16w + l/4 + 8h, column 8j + 2(l%4) + c. The staging buffer holds 64 rows of 384 bytes
 // (all 192 columns of bf16 / f16, half of them of f32, so f32 takes two passes) as
 // boxes of 64 rows × 128 bytes in the 128-byte swizzle: the 8 rows a store instruction
-// touches land in 8 different bank groups. The column scales and bias are loaded first,
-// all at once (clamped indices, no branches): per column they cost an L2 round trip each.
+// touches land in 8 different bank groups. The bias is loaded here, all at once (clamped
+// indices, no branches): per column it would cost an L2 round trip each.
 template <typename T>
-__device__ __forceinline__ void fg_epilogue(const float* acc, unsigned stage, const TmaMap* mo,
-                                            const float* __restrict__ sa, const float* __restrict__ sb,
-                                            const T* __restrict__ bias, int rowwise, int m0, int n0, int M, int N, int wt,
-                                            int barrier) {
-    const int cols = FG_BN / 4;  // this thread's columns: c0 + 8j + e, j < FG_BN / 8, e < 2
+__device__ __forceinline__ void fg_epilogue(const float* acc, unsigned cols, const float* row, int rowwise,
+                                            unsigned stage, const TmaMap* mo, const T* __restrict__ bias, int m0,
+                                            int n0, int N, int wt, int barrier) {
+    const int mine = FG_BN / 4;  // this thread's columns: c0 + 8j + e, j < FG_BN / 8, e < 2
     const int passes = sizeof(T) / 2, per = FG_BN / passes, box_cols = 128 / sizeof(T);
     int w = wt >> 5, l = wt & 31;
     int r0 = 16 * w + (l >> 2), c0 = 2 * (l & 3);
-    float cs[cols], cb[cols], s[2];
+    float cb[mine];
 #pragma unroll
-    for (int i = 0; i < cols; ++i) cs[i] = 1.f, cb[i] = 0.f;
-    if (rowwise) {
-#pragma unroll
-        for (int i = 0; i < cols; ++i) cs[i] = sb[min(n0 + c0 + 8 * (i >> 1) + (i & 1), N - 1)];
-    }
-    if (bias) {
-#pragma unroll
-        for (int i = 0; i < cols; ++i) cb[i] = up<float>(bias[min(n0 + c0 + 8 * (i >> 1) + (i & 1), N - 1)]);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) s[h] = rowwise ? sa[min(m0 + r0 + 8 * h, M - 1)] : sa[0] * sb[0];
+    for (int i = 0; i < mine; ++i) cb[i] = bias ? up<float>(bias[min(n0 + c0 + 8 * (i >> 1) + (i & 1), N - 1)]) : 0.f;
 #pragma unroll
     for (int p = 0; p < passes; ++p) {
         // The buffer is free once the copy engine has read the previous stores out of it.
         if (wt == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        // ... and the column scales are in once every thread's copies have landed.
+        asm volatile("cp.async.wait_all;" ::: "memory");
         asm volatile("bar.sync %0, 128;" ::"r"(barrier) : "memory");
 #pragma unroll
         for (int jp = 0; jp < per / 8; ++jp) {
             const int j = p * per / 8 + jp;
+            float cs0 = 1.f, cs1 = 1.f;
+            if (rowwise)
+                asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(cs0), "=f"(cs1) : "r"(cols + 4 * (8 * j + c0)));
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 int r = r0 + 8 * h, byte = (8 * jp + c0) * (int)sizeof(T);
                 unsigned at = stage + (byte >> 7) * 64 * 128 + r * 128 + ((((byte >> 4) & 7) ^ (r & 7)) << 4) + (byte & 15);
-                float v0 = acc[4 * j + 2 * h] * s[h] * cs[2 * j] + cb[2 * j];
-                float v1 = acc[4 * j + 2 * h + 1] * s[h] * cs[2 * j + 1] + cb[2 * j + 1];
+                float v0 = acc[4 * j + 2 * h] * row[h] * cs0 + cb[2 * j];
+                float v1 = acc[4 * j + 2 * h + 1] * row[h] * cs1 + cb[2 * j + 1];
                 fg_stage2(at, v0, v1, (T*)0);
             }
         }
@@ -191,7 +204,8 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
     extern __shared__ __align__(1024) unsigned char fg_raw[];
     // The 128-byte swizzle repeats every 1024 bytes: stages start on a 1024-byte boundary.
     unsigned base = (fg_smem(fg_raw) + 1023) & ~1023u;
-    unsigned staging = base + FG_STAGES * FG_STAGE_BYTES, full = staging + 2 * FG_OUT_BYTES, empty = full + 8 * FG_STAGES;
+    unsigned staging = base + FG_STAGES * FG_STAGE_BYTES, scales = staging + 2 * FG_OUT_BYTES;
+    unsigned full = scales + 2 * FG_BN * 4, empty = full + 8 * FG_STAGES;
     unsigned rank;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     int wg = threadIdx.x >> 7;
@@ -240,10 +254,14 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         int wt = threadIdx.x & 127, cw = wg - 1;
         float d[FG_BN / 2], acc[FG_BN / 2];
+        float row[2];
+        unsigned cols = scales + cw * FG_BN * 4;
         unsigned it = 0;
         for (int t = cluster; t < tiles; t += clusters) {
             int m0, n0;
             fg_tile(t, tiles_m, tiles_n, m0, n0);
+            int wm0 = m0 + (int)rank * FG_BM + 64 * cw;  // this warpgroup's first row
+            fg_fetch_scales(cols, row, sa, sb, rowwise, wm0, n0, M, N, wt);
 #pragma unroll
             for (int i = 0; i < FG_BN / 2; ++i) acc[i] = 0.f;
             for (int kb = 0; kb < kblocks; ++kb, ++it) {
@@ -257,8 +275,7 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
 #pragma unroll
                 for (int i = 0; i < FG_BN / 2; ++i) acc[i] += d[i];
             }
-            fg_epilogue(acc, staging + cw * FG_OUT_BYTES, mo, sa, sb, bias, rowwise, m0 + (int)rank * FG_BM + 64 * cw,
-                        n0, M, N, wt, 1 + cw);
+            fg_epilogue(acc, cols, row, rowwise, staging + cw * FG_OUT_BYTES, mo, bias, wm0, n0, N, wt, 1 + cw);
         }
         if (wt == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }

@@ -1,10 +1,11 @@
 //! Launcher of `kernels/fp8_gemm.cu`, kiln's own Hopper FP8 GEMM (TMA + wgmma, clusters of
 //! two blocks sharing W rows, per-128-K promotion as cuBLASLt does without fast
-//! accumulation, output stored by the copy engine). Opt-in ([`Fp8Gemm::Own`], or
-//! `KILN_FP8_GEMM=own`): on the H200 it beat cuBLASLt only at 8192³ row-wise (893.3 µs
-//! against 913.9), matched it tensor-wise (876.4 against 877.8) and was slower at 4096³
-//! (133.4 against 115.7 row-wise; `bench/results/2026-12-04-6d5145c-fp8.json`), so
-//! `scaled_mm` keeps cuBLASLt by default until a shape rule is measured.
+//! accumulation, epilogue through the copy engine). By default ([`Fp8Gemm::Auto`]) it serves
+//! the row-wise recipe on large products, where cuBLASLt offers a single algorithm and the
+//! H200 measured it faster: 8192³ row-wise 893.3 µs against cuBLASLt's 913.9, while at
+//! 4096³ it was slower (133.4 against 115.7) and tensor-wise it only matched cuBLASLt
+//! (876.4 against 877.8 at 8192³), so cuBLASLt keeps those
+//! (`bench/results/2026-12-04-6d5145c-fp8.json`).
 
 use super::scaled_mm::{out_name, Rows, ScaledMm};
 use super::FP8_GEMM;
@@ -27,16 +28,24 @@ const CLUSTER: usize = 2;
 const THREADS: u32 = 384;
 /// Each consumer warpgroup's output staging buffer (FG_OUT_BYTES): 64 rows of 384 bytes.
 const OUT_STAGING: usize = 64 * 384;
-/// The stages, two staging buffers, the barriers and the slack that aligns them to 1024 bytes.
-const SMEM: usize = STAGES * (BM + BN) * BK + 2 * OUT_STAGING + 1024 + 128;
+/// The stages, two staging buffers, two warpgroups' column scales, the barriers and the
+/// slack that aligns them to 1024 bytes.
+const SMEM: usize = STAGES * (BM + BN) * BK + 2 * OUT_STAGING + 2 * BN * 4 + 1024 + 128;
+/// Smallest M·N·K that `Auto` gives kiln's kernel (row-wise only): measured faster than
+/// cuBLASLt at 8192³ = 2^39, slower at 4096³ = 2^36; the threshold sits between, in log
+/// scale (shapes in between were not measured).
+const AUTO_MIN_MNK: usize = 1 << 38;
 
 /// Which FP8 GEMM serves `scaled_mm` for M > 16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fp8Gemm {
-    /// cuBLASLt (the default).
+    /// kiln's kernel for the row-wise recipe on products of M·N·K ≥ 2^38 where it runs,
+    /// cuBLASLt otherwise (the default; the module doc gives the measurements).
+    Auto,
+    /// cuBLASLt always.
     CublasLt,
     /// kiln's kernel wherever it runs (compute capability 9.0, e4m3 operands, K a multiple
-    /// of 16), cuBLASLt elsewhere.
+    /// of 16, output rows a multiple of 16 bytes), cuBLASLt elsewhere.
     Own,
 }
 
@@ -48,17 +57,26 @@ pub fn set_fp8_gemm(choice: Fp8Gemm) {
     CHOICE.store(1 + choice as u8, Ordering::Relaxed);
 }
 
-/// The GEMM in use: [`set_fp8_gemm`]'s, else `KILN_FP8_GEMM` (`own` or `cublaslt`), else cuBLASLt.
+/// The GEMM in use: [`set_fp8_gemm`]'s, else `KILN_FP8_GEMM` (`auto`, `own` or `cublaslt`;
+/// anything else is reported once and ignored), else [`Fp8Gemm::Auto`].
 pub fn fp8_gemm_choice() -> Fp8Gemm {
     match CHOICE.load(Ordering::Relaxed) {
         0 => {
-            let own = std::env::var("KILN_FP8_GEMM").is_ok_and(|v| v.eq_ignore_ascii_case("own"));
-            let c = if own { Fp8Gemm::Own } else { Fp8Gemm::CublasLt };
+            let c = match std::env::var("KILN_FP8_GEMM").map(|v| v.to_ascii_lowercase()).as_deref() {
+                Ok("own") => Fp8Gemm::Own,
+                Ok("cublaslt") => Fp8Gemm::CublasLt,
+                Ok("auto") | Err(_) => Fp8Gemm::Auto,
+                Ok(other) => {
+                    tracing::warn!("KILN_FP8_GEMM={other} is not auto, own or cublaslt; using auto");
+                    Fp8Gemm::Auto
+                }
+            };
             set_fp8_gemm(c);
             c
         }
-        2 => Fp8Gemm::Own,
-        _ => Fp8Gemm::CublasLt,
+        2 => Fp8Gemm::CublasLt,
+        3 => Fp8Gemm::Own,
+        _ => Fp8Gemm::Auto,
     }
 }
 
@@ -87,7 +105,7 @@ fn runs(dev: &CudaDevice, p: &ScaledMm<'_>, a: &Rows, w: &Rows, dims: (usize, us
         && [m, n, k].iter().all(|&v| v > 0 && v <= i32::MAX as usize)
 }
 
-/// Whether kiln's GEMM serves this product: chosen, and able to run it.
+/// Whether kiln's GEMM serves this product: chosen (or picked by `Auto`), and able to run it.
 pub(super) fn serves(
     dev: &CudaDevice,
     p: &ScaledMm<'_>,
@@ -95,7 +113,16 @@ pub(super) fn serves(
     w: &Rows,
     dims: (usize, usize, usize),
 ) -> bool {
-    fp8_gemm_choice() == Fp8Gemm::Own && runs(dev, p, a, w, dims)
+    chosen(fp8_gemm_choice(), p.recipe, dims) && runs(dev, p, a, w, dims)
+}
+
+/// Whether `choice` asks for kiln's GEMM on this recipe and M·N·K.
+fn chosen(choice: Fp8Gemm, recipe: Recipe, (m, n, k): (usize, usize, usize)) -> bool {
+    match choice {
+        Fp8Gemm::Own => true,
+        Fp8Gemm::CublasLt => false,
+        Fp8Gemm::Auto => recipe == Recipe::RowWise && m.saturating_mul(n).saturating_mul(k) >= AUTO_MIN_MNK,
+    }
 }
 
 /// A 2-D tensor map over `rows` rows of `cols` elements of type `dt` (`size` bytes), `ld`
@@ -190,4 +217,23 @@ pub(super) fn fp8_gemm(
     };
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{chosen, Fp8Gemm};
+    use crate::fp8::Recipe;
+
+    #[test]
+    fn auto_gives_large_rowwise_products_to_the_own_kernel() {
+        let (row, tensor) = (Recipe::RowWise, Recipe::TensorWise);
+        assert!(chosen(Fp8Gemm::Auto, row, (8192, 8192, 8192)));
+        assert!(chosen(Fp8Gemm::Auto, row, (4096, 8192, 8192))); // 2^38 exactly
+        assert!(!chosen(Fp8Gemm::Auto, row, (4096, 4096, 8192)));
+        assert!(!chosen(Fp8Gemm::Auto, row, (4096, 4096, 4096)));
+        assert!(!chosen(Fp8Gemm::Auto, tensor, (8192, 8192, 8192)));
+        assert!(chosen(Fp8Gemm::Auto, row, (usize::MAX, 2, 2))); // saturates instead of overflowing
+        assert!(chosen(Fp8Gemm::Own, tensor, (32, 32, 32)));
+        assert!(!chosen(Fp8Gemm::CublasLt, row, (8192, 8192, 8192)));
+    }
 }

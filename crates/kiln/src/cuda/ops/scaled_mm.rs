@@ -1,9 +1,10 @@
 //! FP8 launchers (`kernels/scaled_mm.cu` and cuBLASLt). Which path serves which case:
 //! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
 //!   loads; decode's case).
-//! - M > 16 with `Fp8Gemm::Own` chosen (opt-in, `fp8_gemm.rs` says why), compute capability
-//!   9.0, both operands e4m3, output rows a multiple of 16 bytes: kiln's own TMA + wgmma
-//!   GEMM (`kernels/fp8_gemm.cu`).
+//! - M > 16, compute capability 9.0, both operands e4m3, output rows a multiple of 16 bytes,
+//!   and `Fp8Gemm::Own` chosen or (the default `Auto`) the row-wise recipe with
+//!   M·N·K ≥ 2^38: kiln's own TMA + wgmma GEMM (`kernels/fp8_gemm.cu`; `fp8_gemm.rs` gives
+//!   the measurements behind the rule).
 //! - Other M > 16: cuBLASLt FP8 GEMM on Hopper tensor cores. Tensor-wise scales go in as
 //!   `A/B_SCALE_POINTER`; row-wise as `OUTER_VEC_32F` scale vectors. Where cuBLASLt has no
 //!   algorithm for the latter, the named slower path "row-wise epilogue" runs a unit-scale
