@@ -1,11 +1,11 @@
 //! Launcher of `kernels/fp8_gemm.cu`, kiln's own Hopper FP8 GEMM (TMA + wgmma, clusters of
 //! two blocks sharing W rows, per-128-K promotion as cuBLASLt does without fast
 //! accumulation, epilogue through the copy engine). By default ([`Fp8Gemm::Auto`]) it serves
-//! the row-wise recipe on large products, where cuBLASLt offers a single algorithm and the
-//! H200 measured it faster: 8192³ row-wise 893.3 µs against cuBLASLt's 913.9, while at
-//! 4096³ it was slower (133.4 against 115.7) and tensor-wise it only matched cuBLASLt
-//! (876.4 against 877.8 at 8192³), so cuBLASLt keeps those
-//! (`bench/results/2026-12-04-6d5145c-fp8.json`).
+//! the row-wise recipe on large products, where cuBLASLt offers a single algorithm. On the
+//! H200 at 8192³ row-wise it was faster than cuBLASLt at 6d5145c (893.3 µs against 913.9)
+//! and level with it since (b6bfe59, two runs: 890.0 against 885.4 and 894.0), while at
+//! 4096³ it is slower (131–133 against 105–115) and tensor-wise it only matches cuBLASLt,
+//! so cuBLASLt keeps those (`bench/results/2026-12-04-{6d5145c,b6bfe59}-fp8*.json`).
 
 use super::scaled_mm::{out_name, Rows, ScaledMm};
 use super::FP8_GEMM;
@@ -31,9 +31,9 @@ const OUT_STAGING: usize = 64 * 384;
 /// The stages, two staging buffers, two warpgroups' column scales, the barriers and the
 /// slack that aligns them to 1024 bytes.
 const SMEM: usize = STAGES * (BM + BN) * BK + 2 * OUT_STAGING + 2 * BN * 4 + 1024 + 128;
-/// Smallest M·N·K that `Auto` gives kiln's kernel (row-wise only): measured faster than
-/// cuBLASLt at 8192³ = 2^39, slower at 4096³ = 2^36; the threshold sits between, in log
-/// scale (shapes in between were not measured).
+/// Smallest M·N·K that `Auto` gives kiln's kernel (row-wise only): measured as fast as
+/// cuBLASLt or faster at 8192³ = 2^39, slower at 4096³ = 2^36; the threshold sits between,
+/// in log scale (shapes in between were not measured).
 const AUTO_MIN_MNK: usize = 1 << 38;
 
 /// Which FP8 GEMM serves `scaled_mm` for M > 16.
