@@ -39,15 +39,15 @@ __device__ __forceinline__ float out_scale(const float* sa, const float* sb, int
 // come from lanes' g = m, rows 8..15 from the second A register pair. A group's partial
 // sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
-// Where 1x4096x4096 stands (H200 lab, 2026-12-04, graph of 20 over rotating weights): 6.8 µs,
-// while a kernel that only reads the same 16.8 MB takes 5.7-6.0 and this one without its
-// mma 6.3. Tried and not kept: widening to f16 for m16n8k16 (ptxas emulates FP8 mma.sync on
-// sm_90 with F2FP + HMMA + FADD, ~870 instructions a warp; widening ourselves drops 112
-// registers to 74, yet 6.9 µs), U = 16 (7.0), 2-8 accumulator chains (6.8-7.6), weights as
-// the mma's A operand (7.4-7.8), 8-warp blocks (6.74, small shapes slower), a persistent
-// copy-engine pipeline of 12 16 KB stages per SM (9.5), an L2 bulk prefetch of each row
-// (7.5), scales loaded before the K loop (mixed, +-0.4), a programmatic dependent launch
-// (6.64, but 16x4096x14336 19.4 -> 19.9).
+// Where 1x4096x4096 stands (H200, bench/lab/gemv_lab.cu; logs in
+// bench/results/2026-12-04-gemv-lab/): 6.8 µs, while a kernel that only reads the same 16.8 MB
+// takes 5.7-6.0 and this one without its mma 6.3. Tried and not kept: widening to f16 for
+// m16n8k16 (ptxas emulates FP8 mma.sync on sm_90 with F2FP + HMMA + FADD, ~870 instructions a
+// warp; widening ourselves drops 112 registers to 74, yet 6.9 µs), U = 16 (7.0), 2-8
+// accumulator chains (6.8-7.6), weights as the mma's A operand (7.4-7.8), 8-warp blocks (6.74,
+// small shapes slower), a persistent copy-engine pipeline of 12 16 KB stages per SM (9.5), an
+// L2 bulk prefetch of each row (7.5), scales loaded before the K loop (mixed, +-0.4), a
+// programmatic dependent launch (6.64, but 16x4096x14336 19.4 -> 19.9).
 #define FP8_GEMV_WARPS 4
 #define FP8_GEMV_MIN_BLOCKS 4 // per SM, by the launch bound below
 
