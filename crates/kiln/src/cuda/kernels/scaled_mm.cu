@@ -39,15 +39,11 @@ __device__ __forceinline__ float out_scale(const float* sa, const float* sb, int
 // come from lanes' g = m, rows 8..15 from the second A register pair. A group's partial
 // sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
-// Where 1x4096x4096 stands (H200, bench/lab/gemv_lab.cu; logs in
-// bench/results/2026-12-04-gemv-lab/): 6.8 µs, while a kernel that only reads the same 16.8 MB
-// takes 5.7-6.0 and this one without its mma 6.3. Tried and not kept: widening to f16 for
-// m16n8k16 (ptxas emulates FP8 mma.sync on sm_90 with F2FP + HMMA + FADD, ~870 instructions a
-// warp; widening ourselves drops 112 registers to 74, yet 6.9 µs), U = 16 (7.0), 2-8
-// accumulator chains (6.8-7.6), weights as the mma's A operand (7.4-7.8), 8-warp blocks (6.74,
-// small shapes slower), a persistent copy-engine pipeline of 12 16 KB stages per SM (9.5), an
-// L2 bulk prefetch of each row (7.5), scales loaded before the K loop (mixed, +-0.4), a
-// programmatic dependent launch (6.64, but 16x4096x14336 19.4 -> 19.9).
+// Where 1x4096x4096 stands (H200, bench/lab/gemv_lab.cu): 6.7-6.8 µs. Left out one stage
+// at a time (lab, 2026-12-04): reading with this kernel's pattern alone 5.6, plus the
+// cross-warp sum 6.0, plus A loads and scales 6.3, plus the mma (ptxas emulates FP8
+// mma.sync on sm_90 with F2FP + HMMA) 6.8. What was tried against that, with its figures:
+// bench/results/2026-12-04-gemv-lab/README.md.
 #define FP8_GEMV_WARPS 4
 #define FP8_GEMV_MIN_BLOCKS 4 // per SM, by the launch bound below
 
@@ -74,6 +70,20 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
     bool lo = g < M, hi = NT > 1 && g + 8 < M;
     const unsigned char* arow0 = a + (lo ? g : 0) * lda;
     const unsigned char* arow1 = a + (hi ? g + 8 : 0) * lda;
+    // The scales of this lane's outputs (rows g, g + 8; columns t·2, t·2 + 1 of each tile),
+    // loaded before the K loop so that their round trip overlaps it instead of following it
+    // (lab, 2026-12-04, two runs each: row-wise 0.1-0.5 µs faster on every decode shape;
+    // tensor-wise the same but 16x4096x14336, 19.2 -> 19.5, at 124 registers instead of 114).
+    float srow[2], scol[NT][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) srow[h] = q == 0 && g + 8 * h < M ? sa[rowwise ? g + 8 * h : 0] : 0.f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            i64 n = n0 + j * 8 + t * 2 + c;
+            scol[j][c] = q == 0 && n < N ? sb[rowwise ? n : 0] : 0.f;
+        }
     const u32x4 zero = {0, 0, 0, 0};
     for (int kb = q * 64 * U; kb < K; kb += KW * 64 * U) {
         u32x4 wv[NT][U], a0[U], a1[U];
@@ -114,7 +124,7 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
             if (m >= M || n >= N) continue;
             float v = acc[j][i];
             for (int p = 1; p < KW; ++p) v += part[warp + p][j][i][lane];
-            v *= out_scale(sa, sb, rowwise, m, n);
+            v *= srow[i >> 1] * scol[j][i & 1];
             if (bias) v += up<float>(bias[n]);
             out[m * N + n] = down<O>(v);
         }
