@@ -122,6 +122,10 @@ template <typename T> __device__ __forceinline__ void fg_stage2(unsigned at, flo
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(two) : "memory");
 }
 
+// The first of thread wt's two accumulator rows (r0, r0 + 8) within its warpgroup's 64
+// (wgmma's layout, see fg_epilogue).
+__device__ __forceinline__ int fg_row0(int wt) { return 16 * (wt >> 5) + ((wt & 31) >> 2); }
+
 // A tile's scales, fetched when its K loop starts so that their L2 round trip overlaps it:
 // the warpgroup's 192 column scales go to shared memory `cols` by asynchronous copies
 // (rowwise only; in registers they would spill), and this thread's two row scales (the
@@ -136,7 +140,7 @@ __device__ __forceinline__ void fg_fetch_scales(unsigned cols, float* row, const
                          : "memory");
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    int r0 = m0 + 16 * (wt >> 5) + ((wt & 31) >> 2);
+    int r0 = m0 + fg_row0(wt);
 #pragma unroll
     for (int h = 0; h < 2; ++h) row[h] = rowwise ? sa[min(r0 + 8 * h, M - 1)] : sa[0] * sb[0];
 }
@@ -156,8 +160,7 @@ __device__ __forceinline__ void fg_epilogue(const float* acc, unsigned cols, con
                                             int n0, int N, int wt, int barrier) {
     const int mine = FG_BN / 4;  // this thread's columns: c0 + 8j + e, j < FG_BN / 8, e < 2
     const int passes = sizeof(T) / 2, per = FG_BN / passes, box_cols = 128 / sizeof(T);
-    int w = wt >> 5, l = wt & 31;
-    int r0 = 16 * w + (l >> 2), c0 = 2 * (l & 3);
+    int r0 = fg_row0(wt), c0 = 2 * (wt & 3);
     float cb[mine];
 #pragma unroll
     for (int i = 0; i < mine; ++i) cb[i] = bias ? up<float>(bias[min(n0 + c0 + 8 * (i >> 1) + (i & 1), N - 1)]) : 0.f;
