@@ -1,7 +1,8 @@
 //! FP8 suite (issue 8): `scaled_mm` op latency for decode and large shapes, both scale
 //! recipes, against the floor (bytes over 4.1 TB/s, or FLOPs over the FP8 tensor-core rate),
 //! timed by CUDA-graph replay as the PyTorch peer (`bench/torch_peer.py --suite fp8`) times
-//! `torch._scaled_mm`; an FP8-weight layer stack against bf16 (memory: weight bytes; op
+//! `torch._scaled_mm` (kiln's weights frozen, as a model's parameters are, and again not
+//! frozen for the decode shapes); an FP8-weight layer stack against bf16 (memory: weight bytes; op
 //! latency: one decode pass over the stack); and the `scaled_mm` fixture adapter.
 
 use crate::timing::graph_median_ms;
@@ -36,7 +37,10 @@ pub fn name(m: usize, n: usize, k: usize, recipe: &str) -> String {
     format!("scaled_mm {m}x{k}x{n} {recipe}")
 }
 
-fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> {
+/// One `scaled_mm` workload; `frozen`: the weights are frozen (`Tensor::freeze`), as a
+/// model's parameters are, so the decode kernel may start streaming one while the call
+/// before it finishes.
+fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool, frozen: bool) -> Result<Value> {
     let dev = kiln::cuda::device(0)?;
     let wbytes = n * k;
     let copies = if m <= kiln::cuda::ops::GEMV_MAX_M { ROTATE_BYTES.div_ceil(wbytes).max(1) } else { 1 };
@@ -44,6 +48,9 @@ fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> 
     let ws: Vec<Tensor> = (0..copies)
         .map(|i| Tensor::randn(&[n, k], 10 + i as u64, DType::F32, GPU)?.to_dtype(DType::F8E4M3))
         .collect::<Result<_>>()?;
+    if frozen {
+        ws.iter().try_for_each(Tensor::freeze)?;
+    }
     let (sa, sb) = if rowwise {
         (Tensor::rand(&[m, 1], 3, DType::F32, GPU)?, Tensor::rand(&[1, n], 4, DType::F32, GPU)?)
     } else {
@@ -70,7 +77,7 @@ fn scaled_mm_case(m: usize, n: usize, k: usize, rowwise: bool) -> Result<Value> 
     };
     Ok(json!({
         "name": name(m, n, k, recipe), "m": m, "n": n, "k": k, "recipe": recipe, "gemm": gemm,
-        "out_dtype": "bfloat16", "graph": true, "weight_copies": copies,
+        "out_dtype": "bfloat16", "graph": true, "weight_copies": copies, "weights_frozen": frozen,
         "us": us, "floor_us": floor_us, "fraction_of_floor": floor_us / us,
         "tflops": flops / (us * 1e-6) / 1e12, "stats": st,
     }))
@@ -134,7 +141,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         for rowwise in [false, true] {
             bar.set_message(name(m, n, k, if rowwise { "rowwise" } else { "tensorwise" }));
             bar.inc(1);
-            ops.push(scaled_mm_case(m, n, k, rowwise)?);
+            ops.push(scaled_mm_case(m, n, k, rowwise, true)?);
         }
     }
     bar.finish_and_clear();
@@ -152,7 +159,13 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     }
     println!(
         "{:<40} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}  path",
-        "workload (bf16 out, graph)", "kiln µs", "floor µs", "of floor", "TFLOP/s", "torch µs", "torch/kiln"
+        "workload (bf16 out, graph, frozen w)",
+        "kiln µs",
+        "floor µs",
+        "of floor",
+        "TFLOP/s",
+        "torch µs",
+        "torch/kiln"
     );
     for v in &ops {
         let f = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
@@ -170,6 +183,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     }
     // Each GEMM forced on the large shapes, against the default (`Auto`) above, then the
     // row-wise epilogue path (named slower path) for comparison.
+    let unfrozen = unfrozen_rows()?;
     let own = forced_rows(Fp8Gemm::Own, false)?;
     let cublaslt = forced_rows(Fp8Gemm::CublasLt, false)?;
     let epilogue = forced_rows(Fp8Gemm::CublasLt, true)?;
@@ -193,6 +207,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         "provenance": crate::report::provenance(),
         "method": "CUDA graph of 20 calls replayed; median of CUDA-event timings / 20",
         "op_latency": ops,
+        "op_latency_weights_not_frozen": unfrozen,
         "op_latency_own_gemm": own,
         "op_latency_cublaslt": cublaslt,
         "op_latency_rowwise_epilogue_path": epilogue,
@@ -201,6 +216,25 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         "torch": torch.as_ref().ok().map(|t| json!({ "version": t["torch"], "device": t["device"] })),
         "torch_error": torch.err(),
     }))
+}
+
+/// The decode shapes (M ≤ 16) with weights that are not frozen: each call's kernel starts
+/// once the one before has finished.
+fn unfrozen_rows() -> Result<Vec<Value>> {
+    let rows = SHAPES
+        .iter()
+        .filter(|s| s.0 <= kiln::cuda::ops::GEMV_MAX_M)
+        .flat_map(|&(m, n, k)| [false, true].map(move |rw| (m, n, k, rw)))
+        .map(|(m, n, k, rw)| scaled_mm_case(m, n, k, rw, false))
+        .collect::<Result<Vec<_>>>()?;
+    for v in &rows {
+        println!(
+            "{:<40} {:>9.2}  (weights not frozen)",
+            v["name"].as_str().unwrap_or(""),
+            v["us"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(rows)
 }
 
 /// The large shapes (M > 16) with `choice` forced (and cuBLASLt's row-wise epilogue path when
@@ -214,7 +248,7 @@ fn forced_rows(choice: Fp8Gemm, epilogue: bool) -> Result<Vec<Value>> {
         .iter()
         .filter(|s| s.0 > kiln::cuda::ops::GEMV_MAX_M)
         .flat_map(|&(m, n, k)| recipes.iter().map(move |&rw| (m, n, k, rw)))
-        .map(|(m, n, k, rw)| scaled_mm_case(m, n, k, rw))
+        .map(|(m, n, k, rw)| scaled_mm_case(m, n, k, rw, true))
         .collect::<Result<Vec<_>>>();
     kiln::cuda::ops::scaled_mm_force_epilogue(false);
     kiln::cuda::ops::set_fp8_gemm(default_gemm);

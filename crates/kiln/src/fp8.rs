@@ -230,6 +230,7 @@ impl Tensor {
                 Storage::Cuda(crate::cuda::ops::scaled_mm(crate::cuda::ops::ScaledMm {
                     a: (x, &a.layout, a.dtype()),
                     b: (y, &b.layout, b.dtype()),
+                    b_frozen: b.is_frozen(),
                     scale_a: s1,
                     scale_b: s2,
                     recipe,

@@ -4,14 +4,15 @@
 use crate::cpu::CpuBuffer;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::storage::Storage;
+use crate::storage::{Shared, Storage};
 use crate::{DType, Device, Elem};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
 /// A strided view of typed storage. Cloning is cheap (shares storage), as are view ops.
 #[derive(Clone)]
 pub struct Tensor {
-    pub(crate) storage: Arc<RwLock<Storage>>,
+    pub(crate) storage: Arc<Shared>,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
     pub(crate) device: Device,
@@ -25,7 +26,7 @@ impl std::fmt::Debug for Tensor {
 
 impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: &[usize], dtype: DType, device: Device) -> Tensor {
-        Tensor { storage: Arc::new(RwLock::new(storage)), layout: Layout::contiguous(shape), dtype, device }
+        Tensor { storage: Arc::new(Shared::new(storage)), layout: Layout::contiguous(shape), dtype, device }
     }
 
     pub(crate) fn from_cpu(buf: CpuBuffer, shape: &[usize], dtype: DType) -> Tensor {
@@ -38,11 +39,34 @@ impl Tensor {
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Storage> {
-        self.storage.read().unwrap_or_else(|e| e.into_inner())
+        self.storage.data.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Storage> {
-        self.storage.write().unwrap_or_else(|e| e.into_inner())
+    /// The storage for an in-place write by `op`; refused once it is frozen.
+    pub(crate) fn write(&self, op: &'static str) -> Result<RwLockWriteGuard<'_, Storage>> {
+        if self.is_frozen() {
+            return Err(Error::invalid(op, "the tensor is frozen (Tensor::freeze): its storage is constant"));
+        }
+        Ok(self.storage.data.write().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Declares this tensor's storage (every view of it) constant from now on, as model
+    /// parameters are: waits until the kernels queued so far have finished writing it, then
+    /// refuses in-place writes (`copy_`, `put_`). Kernels may then read it before the kernel
+    /// ahead of them on the stream has finished: `scaled_mm`'s decode kernel starts
+    /// streaming a frozen weight while the previous op still runs (programmatic dependent
+    /// launch, sm_90+), which in a run of decode ops hides most of each launch's latency.
+    pub fn freeze(&self) -> Result<()> {
+        if let Device::Cuda(i) = self.device {
+            crate::cuda::device(i)?.synchronize()?;
+        }
+        self.storage.frozen.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether [`Tensor::freeze`] was called on this storage.
+    pub fn is_frozen(&self) -> bool {
+        self.storage.frozen.load(Ordering::Acquire)
     }
 
     pub fn shape(&self) -> &[usize] {

@@ -275,3 +275,24 @@ fn topk_sorted_with_ties_and_nan() {
     assert_eq!(vals(&v), [2.0, 4.0]);
     assert!(x.topk(7, -1, true).is_err());
 }
+
+#[test]
+fn frozen_storage_refuses_in_place_writes() {
+    let x = t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let view = x.t().unwrap();
+    let other = x.copy().unwrap(); // storage of its own
+    assert!(!x.is_frozen());
+    x.freeze().unwrap();
+    assert!(x.is_frozen() && view.is_frozen(), "views share the flag");
+    assert!(!other.is_frozen());
+    let refused =
+        |r: kiln::Result<()>| matches!(r, Err(Error::InvalidArgument { msg, .. }) if msg.contains("frozen"));
+    assert!(refused(view.copy_(&t(&[9.0, 9.0, 9.0, 9.0], &[2, 2]))));
+    let idx = Tensor::from_slice(&[0i64], &[1], CPU).unwrap();
+    assert!(refused(x.put_(&idx, &t(&[5.0], &[1]), false)));
+    assert_eq!(vals(&x), [1.0, 2.0, 3.0, 4.0], "nothing was written");
+    // Reads, views and new results are unaffected; the copy stays writable.
+    assert_eq!(vals(&x.add(&x).unwrap()), [2.0, 4.0, 6.0, 8.0]);
+    other.copy_(&t(&[9.0, 8.0, 7.0, 6.0], &[2, 2])).unwrap();
+    assert_eq!(vals(&other), [9.0, 8.0, 7.0, 6.0]);
+}

@@ -1,6 +1,7 @@
 //! FP8 on the GPU against the CPU backend: the quantisers (bit for bit), `scaled_mm` on the
 //! decode kernel (M ≤ 16), on kiln's Hopper GEMM and on cuBLASLt (both scale recipes, the row-wise epilogue path,
 //! every output dtype, bias, odd M and N, unaligned views, K = 0, empty), and
+//! the decode kernel on frozen weights (dependent launch, chained layers, in a CUDA graph),
 //! `linear_fp8`: on its FP8 path against the CPU's, and at decode (≤ 16 bf16 / f16 rows, the
 //! w8a16 kernel) against `x.linear(w.dequantize())` in f32. See `common/mod.rs` for the
 //! harness.
@@ -100,6 +101,68 @@ fn decode_kernel(cx: &mut Ctx) -> R {
         check(cx, 5, 77, 320, adt, bdt, true, DType::BF16, true)?;
     }
     Ok(())
+}
+
+/// One layer of a decode chain: `x` quantised (the kernel right before the product makes
+/// its activation and scales), times the `[n, k]` weight `w` with weight scales `sb`.
+fn chain_layer(x: &Tensor, w: &Tensor, sb: &Tensor, gran: Granularity) -> kiln::Result<Tensor> {
+    let (q, s) = quantize(x, gran)?;
+    q.scaled_mm(&w.t()?, &s, sb, DType::BF16, None)
+}
+
+/// The decode kernel on frozen weights, launched to start before the kernel ahead of it
+/// finishes and read the weight early: chains of layers whose activations and scales the
+/// kernel right before makes, eagerly and replayed as a CUDA graph (twice), each layer
+/// against the CPU given the GPU's own input to it.
+fn frozen_weights(cx: &mut Ctx) -> R {
+    let dev = kiln::cuda::device(0).map_err(e)?;
+    for m in [1, 3, 9, 16] {
+        let dims = [64, 208, 4096, 37]; // K of the first layer, then each layer's N
+        let mut ws = Vec::new();
+        for (i, d) in dims.windows(2).enumerate() {
+            let (w, wc) = cx.pair(&[d[1], d[0]], DType::F8E4M3, 40.0).map_err(e)?;
+            w.freeze().map_err(e)?;
+            if !w.t().map_err(e)?.is_frozen() {
+                return Err("a view of a frozen weight is not frozen".into());
+            }
+            let gran = if i % 2 == 0 { Granularity::Row } else { Granularity::Tensor };
+            let sb_shape = if gran == Granularity::Row { vec![1, d[1]] } else { vec![] };
+            let (sb, sbc) = cx.pair(&sb_shape, DType::F32, 0.01).map_err(e)?;
+            ws.push((w, wc, sb, sbc, gran));
+        }
+        let (x0, _) = cx.pair(&[m, dims[0]], DType::BF16, 2.0).map_err(e)?;
+        let run = || -> kiln::Result<Vec<Tensor>> {
+            let mut xs = vec![x0.clone()];
+            for (w, _, sb, _, gran) in &ws {
+                let y = chain_layer(xs.last().expect("x0"), w, sb, *gran)?;
+                xs.push(y);
+            }
+            Ok(xs)
+        };
+        let check_all = |xs: &[Tensor], how: &str| -> R {
+            for (i, (_, wc, _, sbc, gran)) in ws.iter().enumerate() {
+                let xc = xs[i].to_device(CPU).map_err(e)?;
+                let c = chain_layer(&xc, wc, sbc, *gran).map_err(e)?;
+                same(&format!("frozen chain m={m} layer {i} ({how})"), &xs[i + 1], &c, tol(DType::BF16))?;
+            }
+            Ok(())
+        };
+        check_all(&run().map_err(e)?, "eager")?;
+        dev.begin_capture().map_err(e)?;
+        let captured = run();
+        let graph = dev.end_capture().map_err(e)?;
+        let xs = captured.map_err(e)?;
+        graph.replay().map_err(e)?;
+        graph.replay().map_err(e)?;
+        check_all(&xs, "graph")?;
+    }
+    // Frozen storage refuses in-place writes on the GPU as well.
+    let (w, _) = cx.pair(&[4, 16], DType::F8E4M3, 1.0).map_err(e)?;
+    w.freeze().map_err(e)?;
+    match w.copy_(&w.clone()) {
+        Err(x) if x.to_string().contains("frozen") => Ok(()),
+        other => Err(format!("copy_ into a frozen tensor: {other:?}")),
+    }
 }
 
 fn cublaslt(cx: &mut Ctx) -> R {
@@ -308,6 +371,7 @@ fn main() -> ExitCode {
     let cases: &[Case] = &[
         ("quantizers", quantizers),
         ("decode_kernel", decode_kernel),
+        ("frozen_weights", frozen_weights),
         ("cublaslt", cublaslt),
         ("own_gemm", own_gemm),
         ("layouts", layouts),

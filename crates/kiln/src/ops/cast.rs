@@ -45,7 +45,7 @@ impl Tensor {
         // with its own reads (and so the two locks below never alias).
         let src = if src.same_storage(self) { src.copy_as(self.dtype)? } else { src };
         let s = src.read();
-        let mut d = self.write();
+        let mut d = self.write("copy_")?;
         match (&mut *d, &*s) {
             (Storage::Cpu(d), Storage::Cpu(s)) => {
                 cpu::index::copy_into(d, &self.layout, s, &src.layout, self.dtype);

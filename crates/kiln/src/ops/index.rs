@@ -143,13 +143,13 @@ impl Tensor {
         match (&*i, &*s) {
             (Storage::Cpu(_), Storage::Cpu(sb)) => {
                 let idx = host_indices("put_", index, self.numel())?;
-                let mut g = self.write();
+                let mut g = self.write("put_")?;
                 let Storage::Cpu(x) = &mut *g else { unreachable!() };
                 cpu::index::put(x, &self.layout, &idx, sb, &src.layout, self.dtype, accumulate);
                 Ok(())
             }
             (Storage::Cuda(ib), Storage::Cuda(sb)) => {
-                let mut g = self.write();
+                let mut g = self.write("put_")?;
                 let Storage::Cuda(x) = &mut *g else { unreachable!() };
                 crate::cuda::ops::put(
                     x,

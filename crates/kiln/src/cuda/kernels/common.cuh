@@ -59,15 +59,27 @@ template <> __device__ __forceinline__ kbf down<kbf, float>(float v) { return f2
 
 // ---- programmatic dependent launch (sm_90+) ----
 // A kernel launched with programmatic stream serialization (cuda/launch.rs) may start while
-// the kernel before it on the stream is still running: it calls this before its first
-// global memory access, which waits until that kernel has finished and its writes are
-// visible, then lets the next such kernel start. Its blocks' scheduling and setup overlap
-// the previous kernel's tail. Launched plainly, both instructions do nothing.
-__device__ __forceinline__ void kiln_after_previous_kernel() {
+// the kernel before it on the stream is still running. kiln_wait_previous_kernel waits
+// until that kernel has finished and its writes are visible; before it a kernel may read
+// only frozen memory (Tensor::freeze), and most call kiln_after_previous_kernel before
+// their first global access. kiln_let_next_kernel_start lets the next such kernel start.
+// Their blocks' scheduling and setup overlap the previous kernel's tail. Launched plainly,
+// both instructions do nothing.
+__device__ __forceinline__ void kiln_wait_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void kiln_let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+__device__ __forceinline__ void kiln_after_previous_kernel() {
+    kiln_wait_previous_kernel();
+    kiln_let_next_kernel_start();
 }
 
 // ---- 16-byte loads of the decode kernels (fp8_gemv, fp8_linear) ----

@@ -34,10 +34,16 @@ KILN_MMA(e4m3, e4m3) KILN_MMA(e4m3, e5m2) KILN_MMA(e5m2, e4m3)
 // come from lanes' g = m, rows 8..15 from the second A register pair. A group's partial
 // sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
-// Where 1x4096x4096 stands (H200, bench/lab/gemv_lab.cu): 6.7-6.8 µs. Left out one stage
-// at a time (lab, 2026-12-04): reading with this kernel's pattern alone 5.6, plus the
-// cross-warp sum 6.0, plus A loads and scales 6.3, plus the mma (ptxas emulates FP8
-// mma.sync on sm_90 with F2FP + HMMA) 6.8. What was tried against that, with its figures:
+// Dependent launch (ops/scaled_mm.rs launches it so only for a frozen weight, which no
+// kernel writes): the next kernel may start at once, and this one issues its first weight
+// loads before waiting for the kernel ahead of it, then reads everything else. In a run of
+// decode ops each weight stream then starts while the op before finishes. H200 lab,
+// 2026-12-04 (bench/lab/gemv_pdl_lab.cu), 20-call graph: 1x4096x4096 6.8 -> 5.7 µs,
+// 1x4096x14336 17.2 -> 15.8; waiting first thing instead gains 0.25 on 1x4096², loses 0.7
+// on 1x4096x14336. Launched plainly the griddepcontrol instructions do nothing: 6.7-6.8 µs,
+// of which reading with this kernel's pattern alone is 5.6 (left out one stage at a time:
+// plus the cross-warp sum 6.0, plus A loads and scales 6.3, plus the mma, which ptxas
+// emulates on sm_90 with F2FP + HMMA, 6.8). What else was tried, with its figures:
 // bench/results/2026-12-04-gemv-lab/README.md.
 #define FP8_GEMV_WARPS 4
 #define FP8_GEMV_MIN_BLOCKS 4 // per SM, by the launch bound below
@@ -66,19 +72,25 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
     const unsigned char* arow0 = a + (lo ? g : 0) * lda;
     const unsigned char* arow1 = a + (hi ? g + 8 : 0) * lda;
     // The scales of this lane's outputs (rows g, g + 8; columns t·2, t·2 + 1 of each tile;
-    // row-wise sa[m]·sb[n], tensor-wise sa[0]·sb[0]), loaded before the K loop so that their round trip overlaps it instead of following it
-    // (lab, 2026-12-04, two runs each: row-wise 0.1-0.5 µs faster on every decode shape;
-    // tensor-wise the same but 16x4096x14336, 19.2 -> 19.5, at 124 registers instead of 114).
+    // row-wise sa[m]·sb[n], tensor-wise sa[0]·sb[0]), loaded with the first step so that their
+    // round trip overlaps the K loop instead of following it (lab, 2026-12-04, two runs each:
+    // row-wise 0.1-0.5 µs faster on every decode shape).
     float srow[2], scol[NT][2];
+    bool waited = false;
+    auto after_previous = [&]() {
+        kiln_wait_previous_kernel();
+        waited = true;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) srow[h] = q == 0 && g + 8 * h < M ? sa[rowwise ? g + 8 * h : 0] : 0.f;
+        for (int h = 0; h < 2; ++h) srow[h] = q == 0 && g + 8 * h < M ? sa[rowwise ? g + 8 * h : 0] : 0.f;
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-            i64 n = n0 + j * 8 + t * 2 + c;
-            scol[j][c] = q == 0 && n < N ? sb[rowwise ? n : 0] : 0.f;
-        }
+            for (int c = 0; c < 2; ++c) {
+                i64 n = n0 + j * 8 + t * 2 + c;
+                scol[j][c] = q == 0 && n < N ? sb[rowwise ? n : 0] : 0.f;
+            }
+    };
+    kiln_let_next_kernel_start();
     const u32x4 zero = {0, 0, 0, 0};
     for (int kb = q * 64 * U; kb < K; kb += KW * 64 * U) {
         u32x4 wv[NT][U], a0[U], a1[U];
@@ -88,6 +100,12 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
             bool in = k < K; // K % 16 == 0: a 16-byte piece is wholly inside or outside
 #pragma unroll
             for (int j = 0; j < NT; ++j) wv[j][u] = in && wok[j] ? ld_stream16(wrow[j] + k) : zero;
+        }
+        if (!waited) after_previous();
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            int k = kb + u * 64 + t * 16;
+            bool in = k < K;
             a0[u] = in && lo ? ld_keep16(arow0 + k) : zero;
             a1[u] = in && hi ? ld_keep16(arow1 + k) : zero;
         }
@@ -102,6 +120,7 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
             }
         }
     }
+    if (!waited) after_previous();  // this warp's K slice was empty
     if (KW > 1) {
 #pragma unroll
         for (int j = 0; j < NT; ++j)

@@ -15,7 +15,7 @@
 //!   computed with a padded leading dim and then copied out (cuBLASLt path only).
 
 use super::{copy, dev_of, fp8_gemm, row_threads, rows_grid, SCALED_MM};
-use crate::cuda::{CudaDevice, DeviceBuffer, PushKernelArg};
+use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, PushKernelArg};
 use crate::error::{Error, Result};
 use crate::fp8::Recipe;
 use crate::layout::Layout;
@@ -33,6 +33,9 @@ use std::sync::{Mutex, OnceLock};
 pub struct ScaledMm<'a> {
     pub a: (&'a DeviceBuffer, &'a Layout, DType),
     pub b: (&'a DeviceBuffer, &'a Layout, DType),
+    /// `b`'s storage is frozen (`Tensor::freeze`): the decode kernel may start reading it
+    /// before the kernel ahead of it on the stream has finished.
+    pub b_frozen: bool,
     pub scale_a: &'a DeviceBuffer,
     pub scale_b: &'a DeviceBuffer,
     pub recipe: Recipe,
@@ -170,6 +173,12 @@ fn gemv(
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
     let stream = dev.stream();
+    // A frozen weight (not an aligned copy made just now) is read as the kernel before
+    // finishes: kernels/scaled_mm.cu, fp8_gemv.
+    let how = Launch {
+        after_previous: p.b_frozen && w._copy.is_none() && dependent_launch(dev),
+        ..Launch::default()
+    };
     // Row chunks of 16 (several only for K = 0 and shapes cuBLASLt declines): offset a,
     // scale_a and out per chunk.
     for m0 in (0..m).step_by(GEMV_MAX_M) {
@@ -183,13 +192,20 @@ fn gemv(
             block_dim: (32 * GEMV_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let kw32 = kw as i32;
+        let (kw32, wp) = (kw as i32, w.ptr);
         // SAFETY: the kernel reads mc rows of k bytes at `ap` (stride lda) and n rows at
-        // w.ptr (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
+        // `wp` (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
         // at `sb`, n bias values when `bias` is non-null; it writes mc·n values of `out`
-        // from `op_`, inside the buffer allocated above.
+        // from `op_`, inside the buffer allocated above. Before kiln_wait_previous_kernel
+        // it reads only the weight, which `how` lets it do early only when that is frozen.
         unsafe {
-            launch!(stream, f, cfg; ap, lda, w.ptr, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki, kw32)?
+            launch(
+                &stream,
+                &f,
+                cfg,
+                how,
+                &mut kernel_args![ap, lda, wp, ldw, sap, sb, rowwise, bias, op_, mc, ni, ki, kw32],
+            )?
         };
     }
     Ok(out)
