@@ -178,6 +178,10 @@ int main() {
         run("tree", [&](const unsigned char* w, int rw) {
             fp8_gemv_e4m3_e4m3_bf16_1<<<grid, 128, 0, st>>>(da, K, w, K, dsa, dsb, rw, nullptr, dout, M, N, K, kw);
         });
+        run("tree _early, dependent", [&](const unsigned char* w, int rw) {
+            launch_pdl(fp8_gemv_e4m3_e4m3_bf16_1_early, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K,
+                       (const float*)dsa, (const float*)dsb, rw, (const kbf*)nullptr, dout, M, N, K, kw);
+        });
         run("pdl, wait first", [&](const unsigned char* w, int rw) {
             launch_pdl(tree_pdl<false>, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K, (const float*)dsa,
                        (const float*)dsb, rw, dout, M, N, K, kw);

@@ -65,10 +65,16 @@ template <> __device__ __forceinline__ kbf down<kbf, float>(float v) { return f2
 // their first global access. kiln_let_next_kernel_start lets the next such kernel start.
 // Their blocks' scheduling and setup overlap the previous kernel's tail. Launched plainly,
 // both instructions do nothing.
-__device__ __forceinline__ void kiln_wait_previous_kernel() {
+// Returns 0, computed after the wait: plain loads stay below the wait (its "memory"
+// clobber), but asm loads (ld_after16) do only if their address depends on it.
+__device__ __forceinline__ i64 kiln_wait_previous_kernel() {
+    i64 zero;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n\tmov.b64 %0, 0;" : "=l"(zero) : : "memory");
+#else
+    asm volatile("mov.b64 %0, 0;" : "=l"(zero) : : "memory");
 #endif
+    return zero;
 }
 
 __device__ __forceinline__ void kiln_let_next_kernel_start() {
@@ -98,6 +104,15 @@ __device__ __forceinline__ u32x4 ld_stream16(const unsigned char* p) {
 __device__ __forceinline__ u32x4 ld_keep16(const unsigned char* p) {
     u32x4 v;
     asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// 16 bytes of the activations after kiln_wait_previous_kernel (address + its zero): they may
+// be the output of a kernel that was still running when this one started, so the load is
+// coherent (no .nc, whose data must stay constant for the kernel's whole life).
+__device__ __forceinline__ u32x4 ld_after16(const unsigned char* p) {
+    u32x4 v;
+    asm("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 

@@ -34,25 +34,45 @@ KILN_MMA(e4m3, e4m3) KILN_MMA(e4m3, e5m2) KILN_MMA(e5m2, e4m3)
 // come from lanes' g = m, rows 8..15 from the second A register pair. A group's partial
 // sums meet in shared memory.
 // Requires: K % 16 == 0, a / w 16-byte aligned, lda / ldw multiples of 16.
-// Dependent launch (ops/scaled_mm.rs launches it so only for a frozen weight, which no
-// kernel writes): the next kernel may start at once, and this one issues its first weight
-// loads before waiting for the kernel ahead of it, then reads everything else. In a run of
-// decode ops each weight stream then starts while the op before finishes. H200 lab,
-// 2026-12-04 (bench/lab/gemv_pdl_lab.cu), 20-call graph: 1x4096x4096 6.8 -> 5.7 µs,
-// 1x4096x14336 17.2 -> 15.8; waiting first thing instead gains 0.25 on 1x4096², loses 0.7
-// on 1x4096x14336. Launched plainly the griddepcontrol instructions do nothing: 6.7-6.8 µs,
-// of which reading with this kernel's pattern alone is 5.6 (left out one stage at a time:
-// plus the cross-warp sum 6.0, plus A loads and scales 6.3, plus the mma, which ptxas
-// emulates on sm_90 with F2FP + HMMA, 6.8). What else was tried, with its figures:
+// EARLY (the `_early` kernels; ops/scaled_mm.rs launches them as dependents, and only for a
+// frozen weight, which no kernel writes): the next kernel may start at once, and this one
+// issues its first step's weight loads before it waits for the kernel ahead, then reads A,
+// the scales and the bias. In a run of decode ops each weight stream then starts while the
+// op before finishes. H200 lab, 2026-12-04 (bench/lab/gemv_pdl_lab.cu, 20-call graph):
+// 1x4096x4096 6.8 -> 5.7 µs, 1x4096x14336 17.2 -> 15.8; waiting first thing instead gains
+// 0.25 on 1x4096², loses 0.7 on 1x4096x14336. The plain kernels keep every load of a step
+// together (the split costs them 0.4-1 µs). Plainly, 1x4096x4096 takes 6.7-6.8 µs, of which
+// reading with this kernel's pattern alone is 5.6 (left out one stage at a time: plus the
+// cross-warp sum 6.0, plus A loads and scales 6.3, plus the mma, which ptxas emulates on
+// sm_90 with F2FP + HMMA, 6.8). What else was tried, with its figures:
 // bench/results/2026-12-04-gemv-lab/README.md.
 #define FP8_GEMV_WARPS 4
 #define FP8_GEMV_MIN_BLOCKS 4 // per SM, by the launch bound below
 
-template <typename AT, typename BT, typename O, int NT, int U>
+// The scales of lane (g, t)'s outputs in a warp with K slice q: rows g, g + 8 and columns
+// t·2, t·2 + 1 of each 8-row tile (row-wise sa[m]·sb[n], tensor-wise sa[0]·sb[0]). Fetched
+// before the K loop's work so that their round trip overlaps it instead of following it
+// (lab, 2026-12-04, two runs each: row-wise 0.1-0.5 µs faster on every decode shape).
+template <int NT>
+__device__ __forceinline__ void fp8_gemv_scales(const float* sa, const float* sb, int rowwise, i64 n0, int q, int g,
+                                                int t, int M, int N, float (&srow)[2], float (&scol)[NT][2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) srow[h] = q == 0 && g + 8 * h < M ? sa[rowwise ? g + 8 * h : 0] : 0.f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            i64 n = n0 + j * 8 + t * 2 + c;
+            scol[j][c] = q == 0 && n < N ? sb[rowwise ? n : 0] : 0.f;
+        }
+}
+
+template <typename AT, typename BT, typename O, int NT, int U, bool EARLY>
 __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa,
                          const float* sb, int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {
 #ifdef KILN_HAS_FP8
     __shared__ float part[FP8_GEMV_WARPS][NT][4][32];
+    if (EARLY) kiln_let_next_kernel_start();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int q = warp % KW;  // this warp's K slice within its row group
     i64 n0 = ((i64)blockIdx.x * (FP8_GEMV_WARPS / KW) + warp / KW) * 8 * NT;
@@ -71,26 +91,9 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
     bool lo = g < M, hi = NT > 1 && g + 8 < M;
     const unsigned char* arow0 = a + (lo ? g : 0) * lda;
     const unsigned char* arow1 = a + (hi ? g + 8 : 0) * lda;
-    // The scales of this lane's outputs (rows g, g + 8; columns t·2, t·2 + 1 of each tile;
-    // row-wise sa[m]·sb[n], tensor-wise sa[0]·sb[0]), loaded with the first step so that their
-    // round trip overlaps the K loop instead of following it (lab, 2026-12-04, two runs each:
-    // row-wise 0.1-0.5 µs faster on every decode shape).
     float srow[2], scol[NT][2];
-    bool waited = false;
-    auto after_previous = [&]() {
-        kiln_wait_previous_kernel();
-        waited = true;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) srow[h] = q == 0 && g + 8 * h < M ? sa[rowwise ? g + 8 * h : 0] : 0.f;
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                i64 n = n0 + j * 8 + t * 2 + c;
-                scol[j][c] = q == 0 && n < N ? sb[rowwise ? n : 0] : 0.f;
-            }
-    };
-    kiln_let_next_kernel_start();
+    if (!EARLY) fp8_gemv_scales<NT>(sa, sb, rowwise, n0, q, g, t, M, N, srow, scol);
+    bool waited = !EARLY;
     const u32x4 zero = {0, 0, 0, 0};
     for (int kb = q * 64 * U; kb < K; kb += KW * 64 * U) {
         u32x4 wv[NT][U], a0[U], a1[U];
@@ -100,14 +103,26 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
             bool in = k < K; // K % 16 == 0: a 16-byte piece is wholly inside or outside
 #pragma unroll
             for (int j = 0; j < NT; ++j) wv[j][u] = in && wok[j] ? ld_stream16(wrow[j] + k) : zero;
+            if (!EARLY) {
+                a0[u] = in && lo ? ld_keep16(arow0 + k) : zero;
+                a1[u] = in && hi ? ld_keep16(arow1 + k) : zero;
+            }
         }
-        if (!waited) after_previous();
+        if (EARLY) {
+            if (!waited) {
+                i64 after = kiln_wait_previous_kernel();
+                arow0 += after;
+                arow1 += after;
+                waited = true;
+                fp8_gemv_scales<NT>(sa, sb, rowwise, n0, q, g, t, M, N, srow, scol);
+            }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            int k = kb + u * 64 + t * 16;
-            bool in = k < K;
-            a0[u] = in && lo ? ld_keep16(arow0 + k) : zero;
-            a1[u] = in && hi ? ld_keep16(arow1 + k) : zero;
+            for (int u = 0; u < U; ++u) {
+                int k = kb + u * 64 + t * 16;
+                bool in = k < K;
+                a0[u] = in && lo ? ld_after16(arow0 + k) : zero;
+                a1[u] = in && hi ? ld_after16(arow1 + k) : zero;
+            }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -120,7 +135,10 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
             }
         }
     }
-    if (!waited) after_previous();  // this warp's K slice was empty
+    if (!waited) {  // EARLY, and this warp's K slice was empty
+        kiln_wait_previous_kernel();
+        fp8_gemv_scales<NT>(sa, sb, rowwise, n0, q, g, t, M, N, srow, scol);
+    }
     if (KW > 1) {
 #pragma unroll
         for (int j = 0; j < NT; ++j)
@@ -152,12 +170,15 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
 // 528 resident blocks on an H200, one wave for most decode shapes (ops/scaled_mm.rs:
 // gemv_k_warps). H200 lab, 2026-12-03: 1x4096x4096 9.7 -> 6.7 µs, 16x4096x14336 (M x K x N)
 // 24 -> 19.1 µs (NT = 2 at 114 registers, against 118 under a bound of 3).
-#define KILN_GEMV(AS, AT, BS, BT, OS, O, NT, U)                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS, FP8_GEMV_MIN_BLOCKS) fp8_gemv_##AS##_##BS##_##OS##_##NT( \
-        const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa, const float* sb, \
-        int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {                                  \
-        fp8_gemv<AT, BT, O, NT, U>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K, KW);                \
+#define KILN_GEMV_ONE(AS, AT, BS, BT, OS, O, NT, U, EARLY, SUFFIX)                                          \
+    extern "C" __global__ void __launch_bounds__(32 * FP8_GEMV_WARPS, FP8_GEMV_MIN_BLOCKS)                  \
+        fp8_gemv_##AS##_##BS##_##OS##_##NT##SUFFIX(const unsigned char* a, i64 lda, const unsigned char* w,  \
+                                                    i64 ldw, const float* sa, const float* sb, int rowwise,  \
+                                                    const O* bias, O* out, int M, int N, int K, int KW) {    \
+        fp8_gemv<AT, BT, O, NT, U, EARLY>(a, lda, w, ldw, sa, sb, rowwise, bias, out, M, N, K, KW);         \
     }
+#define KILN_GEMV(AS, AT, BS, BT, OS, O, NT, U) \
+    KILN_GEMV_ONE(AS, AT, BS, BT, OS, O, NT, U, false, ) KILN_GEMV_ONE(AS, AT, BS, BT, OS, O, NT, U, true, _early)
 // NT = 1 for M <= 8, 2 for M <= 16 (each activation load then feeds two weight tiles);
 // both keep 8 weight loads of 16 bytes in flight per lane (cuda/ops/scaled_mm.rs: gemv_step).
 #define KILN_GEMV_OUT(AS, AT, BS, BT) \

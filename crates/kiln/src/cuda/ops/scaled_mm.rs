@@ -1,6 +1,7 @@
 //! FP8 launchers (`kernels/scaled_mm.cu` and cuBLASLt). Which path serves which case:
 //! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
-//!   loads; decode's case).
+//!   loads; decode's case). A frozen weight (`Tensor::freeze`) gets its `_early` form,
+//!   launched as a dependent that starts streaming while the kernel ahead finishes.
 //! - M > 16, compute capability 9.0, both operands e4m3, output rows a multiple of 16 bytes,
 //!   and `Fp8Gemm::Own` chosen or (the default `Auto`) the row-wise recipe with
 //!   M·N·K ≥ 2^38: kiln's own TMA + wgmma GEMM (`kernels/fp8_gemm.cu`; `fp8_gemm.rs` gives
@@ -166,19 +167,23 @@ fn gemv(
     }
     let out = dev.alloc(m * n * p.out.size())?;
     let nt = if m > 8 { 2 } else { 1 };
-    let name = format!("fp8_gemv_{}_{}_{}_{nt}", fp8_name(p.a.2), fp8_name(p.b.2), out_name(p.out));
+    // A frozen weight (not an aligned copy made just now) is streamed by the `_early` kernel,
+    // launched to start while the kernel ahead finishes: kernels/scaled_mm.cu, fp8_gemv.
+    let early = p.b_frozen && w._copy.is_none() && dependent_launch(dev);
+    let name = format!(
+        "fp8_gemv_{}_{}_{}_{nt}{}",
+        fp8_name(p.a.2),
+        fp8_name(p.b.2),
+        out_name(p.out),
+        if early { "_early" } else { "" }
+    );
     let f = dev.function(&SCALED_MM, &name)?;
     let kw = gemv_k_warps(n, k, nt, GEMV_MIN_BLOCKS * dev.props().sm_count.max(1) as usize);
     let rowwise = (p.recipe == Recipe::RowWise) as i32;
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
     let stream = dev.stream();
-    // A frozen weight (not an aligned copy made just now) is read as the kernel before
-    // finishes: kernels/scaled_mm.cu, fp8_gemv.
-    let how = Launch {
-        after_previous: p.b_frozen && w._copy.is_none() && dependent_launch(dev),
-        ..Launch::default()
-    };
+    let how = Launch { after_previous: early, ..Launch::default() };
     // Row chunks of 16 (several only for K = 0 and shapes cuBLASLt declines): offset a,
     // scale_a and out per chunk.
     for m0 in (0..m).step_by(GEMV_MAX_M) {
@@ -196,8 +201,8 @@ fn gemv(
         // SAFETY: the kernel reads mc rows of k bytes at `ap` (stride lda) and n rows at
         // `wp` (stride ldw), all 16-byte aligned (k_rows); mc or 1 scales at `sap`, n or 1
         // at `sb`, n bias values when `bias` is non-null; it writes mc·n values of `out`
-        // from `op_`, inside the buffer allocated above. Before kiln_wait_previous_kernel
-        // it reads only the weight, which `how` lets it do early only when that is frozen.
+        // from `op_`, inside the buffer allocated above. The `_early` kernel reads only the
+        // weight before kiln_wait_previous_kernel, and is chosen only when that is frozen.
         unsafe {
             launch(
                 &stream,
