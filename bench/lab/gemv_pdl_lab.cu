@@ -33,7 +33,7 @@ __global__ void read_floor(const unsigned char* w, long bytes, unsigned* sink) {
 }
 
 // The tree's fp8_gemv<e4m3, e4m3, bf16, NT = 1, U = 8> with dependent-launch control.
-template <bool EARLY>
+template <bool EARLY, bool DEP = false>
 __global__ void __launch_bounds__(128, 4)
     tree_pdl(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa, const float* sb,
              int rowwise, kbf* out, int M, int N, int K, int KW) {
@@ -60,7 +60,10 @@ __global__ void __launch_bounds__(128, 4)
             int k = kb + u * 64 + t * 16;
             wv[u] = k < K && wok ? ld_stream16(wrow + k) : zero;
         }
-        if (!waited) { pdl_wait(); waited = true; }
+        if (!waited) {
+            if (DEP) arow0 += kiln_wait_previous_kernel(); else pdl_wait();
+            waited = true;
+        }
         if (kb == q * 64 * U) {
             srow = q == 0 && lo ? sa[rowwise ? g : 0] : 0.f;
 #pragma unroll
@@ -72,7 +75,7 @@ __global__ void __launch_bounds__(128, 4)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             int k = kb + u * 64 + t * 16;
-            a0[u] = k < K && lo ? ld_keep16(arow0 + k) : zero;
+            a0[u] = k < K && lo ? (DEP ? ld_after16(arow0 + k) : ld_keep16(arow0 + k)) : zero;
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -184,6 +187,10 @@ int main() {
         });
         run("pdl, wait first", [&](const unsigned char* w, int rw) {
             launch_pdl(tree_pdl<false>, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K, (const float*)dsa,
+                       (const float*)dsb, rw, dout, M, N, K, kw);
+        });
+        run("pdl, before wait, A dep", [&](const unsigned char* w, int rw) {
+            launch_pdl(tree_pdl<true, true>, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K, (const float*)dsa,
                        (const float*)dsb, rw, dout, M, N, K, kw);
         });
         run("pdl, weights before wait", [&](const unsigned char* w, int rw) {

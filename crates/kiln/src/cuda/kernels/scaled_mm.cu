@@ -38,26 +38,27 @@ KILN_MMA(e4m3, e4m3) KILN_MMA(e4m3, e5m2) KILN_MMA(e5m2, e4m3)
 // frozen weight, which no kernel writes): the next kernel may start at once, and this one
 // issues its first step's weight loads before it waits for the kernel ahead, then reads A,
 // the scales and the bias. In a run of decode ops each weight stream then starts while the
-// op before finishes. H200 lab, 2026-12-04 (bench/lab/gemv_pdl_lab.cu, 20-call graph):
-// 1x4096x4096 6.8 -> 5.7 µs, 1x4096x14336 17.2 -> 15.8; waiting first thing instead gains
-// 0.25 on 1x4096², loses 0.7 on 1x4096x14336. The plain kernels keep every load of a step
-// together (the split costs them 0.4-1 µs). Plainly, 1x4096x4096 takes 6.7-6.8 µs, of which
-// reading with this kernel's pattern alone is 5.6 (left out one stage at a time: plus the
-// cross-warp sum 6.0, plus A loads and scales 6.3, plus the mma, which ptxas emulates on
-// sm_90 with F2FP + HMMA, 6.8). What else was tried, with its figures:
-// bench/results/2026-12-04-gemv-lab/README.md.
+// op before finishes. H200 lab, 2026-12-04 (bench/lab/gemv_pdl_lab.cu, 20-call graph, plain
+// -> _early): 1x4096x4096 6.8 -> 6.1 µs, 1x14336x4096 17.4 -> 16.3, 1x4096x1024 4.3 -> 3.9,
+// 1x4096x14336 17.2 both; the lab's one-tile copy of the idea (tree_pdl) reaches 5.9 on
+// 1x4096², for reasons not found yet. Waiting first thing instead gains 0.25 on 1x4096² and
+// loses 0.7 on 1x4096x14336. The plain kernels keep every load of a step together (split,
+// they lose 0.4-1 µs). Plainly, 1x4096x4096 takes 6.7-6.8 µs, of which reading with this
+// kernel's pattern alone is 5.6 (left out one stage at a time: plus the cross-warp sum 6.0,
+// plus A loads and scales 6.3, plus the mma, which ptxas emulates on sm_90 with F2FP +
+// HMMA, 6.8). What else was tried, with its figures: bench/results/2026-12-04-gemv-lab/README.md.
 #define FP8_GEMV_WARPS 4
 #define FP8_GEMV_MIN_BLOCKS 4 // per SM, by the launch bound below
 
-// The scales of lane (g, t)'s outputs in a warp with K slice q: rows g, g + 8 and columns
-// t·2, t·2 + 1 of each 8-row tile (row-wise sa[m]·sb[n], tensor-wise sa[0]·sb[0]). Fetched
+// The scales of lane (g, t)'s outputs in a warp with K slice q: rows g (and g + 8 when NT =
+// 2) and columns t·2, t·2 + 1 of each 8-row tile (row-wise sa[m]·sb[n], tensor-wise sa[0]·sb[0]). Fetched
 // before the K loop's work so that their round trip overlaps it instead of following it
 // (lab, 2026-12-04, two runs each: row-wise 0.1-0.5 µs faster on every decode shape).
 template <int NT>
 __device__ __forceinline__ void fp8_gemv_scales(const float* sa, const float* sb, int rowwise, i64 n0, int q, int g,
                                                 int t, int M, int N, float (&srow)[2], float (&scol)[NT][2]) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) srow[h] = q == 0 && g + 8 * h < M ? sa[rowwise ? g + 8 * h : 0] : 0.f;
+    for (int h = 0; h < NT; ++h) srow[h] = q == 0 && g + 8 * h < M ? sa[rowwise ? g + 8 * h : 0] : 0.f;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -71,6 +72,9 @@ template <typename AT, typename BT, typename O, int NT, int U, bool EARLY>
 __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w, i64 ldw, const float* sa,
                          const float* sb, int rowwise, const O* bias, O* out, int M, int N, int K, int KW) {
 #ifdef KILN_HAS_FP8
+    // NT = 1 (M <= 8): accumulators 2, 3 hold rows 8..15, never stored, so they are neither
+    // shared nor read (lab, 2026-12-04: _early 1x4096x4096 6.4 -> 6.1 µs).
+    constexpr int NACC = NT > 1 ? 4 : 2;
     __shared__ float part[FP8_GEMV_WARPS][NT][4][32];
     if (EARLY) kiln_let_next_kernel_start();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -143,14 +147,14 @@ __device__ void fp8_gemv(const unsigned char* a, i64 lda, const unsigned char* w
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) part[warp][j][i][lane] = acc[j][i];
+            for (int i = 0; i < NACC; ++i) part[warp][j][i][lane] = acc[j][i];
         __syncthreads();
     }
     if (q != 0) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < NACC; ++i) {
             // Accumulator i of lane (g, t): row g (+8 for i >= 2), column t·2 + (i & 1).
             i64 m = g + (i >= 2 ? 8 : 0), n = n0 + j * 8 + t * 2 + (i & 1);
             if (m >= M || n >= N) continue;
