@@ -167,9 +167,12 @@ fn gemv(
     }
     let out = dev.alloc(m * n * p.out.size())?;
     let nt = if m > 8 { 2 } else { 1 };
+    let kw = gemv_k_warps(n, k, nt, GEMV_MIN_BLOCKS * dev.props().sm_count.max(1) as usize);
     // A frozen weight (not an aligned copy made just now) is streamed by the `_early` kernel,
-    // launched to start while the kernel ahead finishes: kernels/scaled_mm.cu, fp8_gemv.
-    let early = p.b_frozen && w._copy.is_none() && dependent_launch(dev);
+    // launched to start while the kernel ahead finishes (kernels/scaled_mm.cu, fp8_gemv), but
+    // not with one warp per row group: fp8 suite at 6f90a07 (H200), 1x4096x14336 (KW 1)
+    // 17.0 -> 19.2 µs, while every KW > 1 shape gained 0.3-0.6 µs (cause not found).
+    let early = p.b_frozen && w._copy.is_none() && kw > 1 && dependent_launch(dev);
     let name = format!(
         "fp8_gemv_{}_{}_{}_{nt}{}",
         fp8_name(p.a.2),
@@ -178,7 +181,6 @@ fn gemv(
         if early { "_early" } else { "" }
     );
     let f = dev.function(&SCALED_MM, &name)?;
-    let kw = gemv_k_warps(n, k, nt, GEMV_MIN_BLOCKS * dev.props().sm_count.max(1) as usize);
     let rowwise = (p.recipe == Recipe::RowWise) as i32;
     let (lda, ldw) = (a.ld as i64, w.ld as i64);
     let (sa, sb, bias, o) = (p.scale_a.ptr(), p.scale_b.ptr(), p.bias.map_or(0, |b| b.ptr()), out.ptr());
