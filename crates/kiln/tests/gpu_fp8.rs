@@ -117,7 +117,9 @@ fn chain_layer(x: &Tensor, w: &Tensor, sb: &Tensor, gran: Granularity) -> kiln::
 fn frozen_weights(cx: &mut Ctx) -> R {
     let dev = kiln::cuda::device(0).map_err(e)?;
     for m in [1, 3, 9, 16] {
-        let dims = [64, 208, 4096, 37]; // K of the first layer, then each layer's N
+        // K of the first layer, then each layer's N: layers alternate row- and tensor-wise;
+        // those with K = 4096 run the `_early` kernel (KW > 1), the others the plain one.
+        let dims = [4096, 208, 4096, 4096, 37];
         let mut ws = Vec::new();
         for (i, d) in dims.windows(2).enumerate() {
             let (w, wc) = cx.pair(&[d[1], d[0]], DType::F8E4M3, 40.0).map_err(e)?;
