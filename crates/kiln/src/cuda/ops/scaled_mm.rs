@@ -169,9 +169,9 @@ fn gemv(
     let nt = if m > 8 { 2 } else { 1 };
     let kw = gemv_k_warps(n, k, nt, GEMV_MIN_BLOCKS * dev.props().sm_count.max(1) as usize);
     // A frozen weight (not an aligned copy made just now) is streamed by the `_early` kernel,
-    // launched to start while the kernel ahead finishes (kernels/scaled_mm.cu, fp8_gemv), but
-    // not with one warp per row group: fp8 suite at 6f90a07 (H200), 1x4096x14336 (KW 1)
-    // 17.0 -> 19.2 µs, while every KW > 1 shape gained 0.3-0.6 µs (cause not found).
+    // launched to start while the kernel ahead finishes (kernels/scaled_mm.cu, fp8_gemv).
+    // Grids with one warp per row group (KW 1) gained nothing from it in the lab (H200,
+    // 2026-12-04: 1x4096x14336 17.2 µs both), so they keep the plain kernel.
     let early = p.b_frozen && w._copy.is_none() && kw > 1 && dependent_launch(dev);
     let name = format!(
         "fp8_gemv_{}_{}_{}_{nt}{}",
