@@ -13,25 +13,6 @@
 __device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// Reads `bytes` (16-byte streaming loads, L per thread in flight); PDL: lets the next
-// kernel start at once and, if WAIT, waits for the previous one at the end (as a kernel
-// that writes its output must).
-template <int L, bool PDL, bool WAIT>
-__global__ void read_floor(const unsigned char* w, long bytes, unsigned* sink) {
-    if (PDL) pdl_launch_next();
-    unsigned x = 0;
-    long stride = (long)gridDim.x * blockDim.x * 16 * L;
-    for (long o = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 16; o < bytes; o += stride) {
-        u32x4 v[L];
-#pragma unroll
-        for (int u = 0; u < L; ++u) { long p = o + (long)u * gridDim.x * blockDim.x * 16; v[u] = p < bytes ? ld_stream16(w + p) : u32x4{0,0,0,0}; }
-#pragma unroll
-        for (int u = 0; u < L; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    if (PDL && WAIT) pdl_wait();
-    if (x == 0x12345678) sink[0] = x;
-}
-
 // The tree's fp8_gemv<e4m3, e4m3, bf16, NT = 1, U = 8> with dependent-launch control.
 template <bool EARLY, bool DEP = false>
 __global__ void __launch_bounds__(128, 4)
@@ -121,55 +102,21 @@ int main() {
                        {3, 1000, 272}};  // M, N, K
     cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     unsigned* sink; CK(cudaMalloc(&sink, 4));
-    float lut[256];
-    for (int b = 0; b < 256; ++b) lut[b] = e4m3h(b);
     for (auto& s : shapes) {
-        int M = s[0], N = s[1], K = s[2];
-        long wb = (long)N * K;
-        int copies = std::max(1L, ((128L << 20) + wb - 1) / wb);
-        std::vector<unsigned char> ha((size_t)M * K), hw(wb);
-        for (auto& b : ha) b = nxt() & 0xBF;
-        unsigned char *da, *dw; kbf* dout; float *dsa, *dsb;
-        CK(cudaMalloc(&da, ha.size())); CK(cudaMalloc(&dw, wb * copies)); CK(cudaMalloc(&dout, (size_t)M * N * 2));
-        CK(cudaMalloc(&dsa, M * 4)); CK(cudaMalloc(&dsb, N * 4));
-        CK(cudaMemcpy(da, ha.data(), ha.size(), cudaMemcpyHostToDevice));
-        for (int c = 0; c < copies; ++c) {
-            for (auto& b : hw) b = nxt() & 0xBF;
-            CK(cudaMemcpy(dw + c * wb, hw.data(), wb, cudaMemcpyHostToDevice));
-        }
-        std::vector<float> hsa(M), hsb(N);
-        for (auto& v : hsa) v = 0.5f + (nxt() % 1000) / 1000.f;
-        for (auto& v : hsb) v = 0.5f + (nxt() % 1000) / 1000.f;
-        CK(cudaMemcpy(dsa, hsa.data(), M * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dsb, hsb.data(), N * 4, cudaMemcpyHostToDevice));
-        std::vector<float> fa(ha.size()), fw(hw.size());
-        for (size_t i = 0; i < ha.size(); ++i) fa[i] = lut[ha[i]];
-        for (size_t i = 0; i < hw.size(); ++i) fw[i] = lut[hw[i]];
-        auto check = [&](int rowwise) {
-            std::vector<unsigned short> got((size_t)M * N);
-            CK(cudaMemcpy(got.data(), dout, got.size() * 2, cudaMemcpyDeviceToHost));
-            int bad = 0;
-            for (int m = 0; m < M; ++m)
-                for (int n = 0; n < N; ++n) {
-                    float acc = 0, mag = 0;
-                    const float *x = &fa[(size_t)m * K], *y = &fw[(size_t)n * K];
-                    for (int k = 0; k < K; ++k) { float p = x[k] * y[k]; acc += p; mag += fabsf(p); }
-                    double sc = rowwise ? (double)hsa[m] * hsb[n] : (double)hsa[0] * hsb[0];
-                    double ref = acc * sc, gv = bf2fh(got[(size_t)m * N + n]);
-                    if (!(fabs(gv - ref) <= 1e-5 * mag * sc + 8e-3 * fabs(ref))) ++bad;
-                }
-            return bad;
-        };
+        LabShape sh(s[0], s[1], s[2]);
+        int M = sh.M, N = sh.N, K = sh.K;
+        const unsigned char* da = sh.da;
+        const float *dsa = sh.dsa, *dsb = sh.dsb;
+        kbf* dout = sh.dout;
         auto run = [&](const char* name, auto launch) {
             for (int rowwise = 0; rowwise < 2; ++rowwise) {
                 CK(cudaMemsetAsync(dout, 0xFF, (size_t)M * N * 2, st));
-                launch(dw + (copies - 1) * wb, rowwise);
+                launch(sh.w(sh.copies - 1), rowwise);
                 CK(cudaGetLastError()); CK(cudaStreamSynchronize(st));
-                int bad = check(rowwise);
-                float us = graph_us(st, reps, [&](int i) { launch(dw + (long)(i % copies) * wb, rowwise); });
+                int bad = sh.bad(rowwise);
+                float us = graph_us(st, reps, [&](int i) { launch(sh.w(i), rowwise); });
                 printf("    %-26s %2dx%5dx%5d %-10s: %7.2f us  (floor %.2f)  %s\n", name, M, K, N,
-                       rowwise ? "rowwise" : "tensorwise", us, (wb + (double)M * K + M * N * 2) / 4.13e6,
-                       bad ? "FAIL" : "ok");
+                       rowwise ? "rowwise" : "tensorwise", us, sh.floor_us(), bad ? "FAIL" : "ok");
                 if (bad) printf("   %d bad of %d\n", bad, M * N);
             }
         };
@@ -182,34 +129,33 @@ int main() {
             fp8_gemv_e4m3_e4m3_bf16_1<<<grid, 128, 0, st>>>(da, K, w, K, dsa, dsb, rw, nullptr, dout, M, N, K, kw);
         });
         run("tree _early, dependent", [&](const unsigned char* w, int rw) {
-            launch_pdl(fp8_gemv_e4m3_e4m3_bf16_1_early, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K,
-                       (const float*)dsa, (const float*)dsb, rw, (const kbf*)nullptr, dout, M, N, K, kw);
+            launch_pdl(fp8_gemv_e4m3_e4m3_bf16_1_early, grid, 128, st, da, (i64)K, w, (i64)K,
+                       dsa, dsb, rw, (const kbf*)nullptr, dout, M, N, K, kw);
         });
         run("pdl, wait first", [&](const unsigned char* w, int rw) {
-            launch_pdl(tree_pdl<false>, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K, (const float*)dsa,
-                       (const float*)dsb, rw, dout, M, N, K, kw);
+            launch_pdl(tree_pdl<false>, grid, 128, st, da, (i64)K, w, (i64)K, dsa,
+                       dsb, rw, dout, M, N, K, kw);
         });
         run("pdl, before wait, A dep", [&](const unsigned char* w, int rw) {
-            launch_pdl(tree_pdl<true, true>, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K, (const float*)dsa,
-                       (const float*)dsb, rw, dout, M, N, K, kw);
+            launch_pdl(tree_pdl<true, true>, grid, 128, st, da, (i64)K, w, (i64)K, dsa,
+                       dsb, rw, dout, M, N, K, kw);
         });
         run("pdl, weights before wait", [&](const unsigned char* w, int rw) {
-            launch_pdl(tree_pdl<true>, grid, 128, st, (const unsigned char*)da, (i64)K, w, (i64)K, (const float*)dsa,
-                       (const float*)dsb, rw, dout, M, N, K, kw);
+            launch_pdl(tree_pdl<true>, grid, 128, st, da, (i64)K, w, (i64)K, dsa,
+                       dsb, rw, dout, M, N, K, kw);
         });
         if (M == 1 && N == 4096 && K == 4096) {
             int grids[] = {4 * sms, 8 * sms};
             for (int g : grids) {
                 auto floor = [&](const char* what, auto launch) {
-                    float us = graph_us(st, reps, [&](int i) { launch(dw + (long)(i % copies) * wb); });
+                    float us = graph_us(st, reps, [&](int i) { launch(sh.w(i)); });
                     printf("    read-only 16.8 MB, grid %4d, %-24s %.2f us\n", g, what, us);
                 };
-                floor("plain", [&](const unsigned char* w) { read_floor<8, false, false><<<g, 128, 0, st>>>(w, wb, sink); });
-                floor("pdl, no wait", [&](const unsigned char* w) { launch_pdl(read_floor<8, true, false>, g, 128, st, w, wb, sink); });
-                floor("pdl, wait at end", [&](const unsigned char* w) { launch_pdl(read_floor<8, true, true>, g, 128, st, w, wb, sink); });
+                floor("plain", [&](const unsigned char* w) { read_floor<8, false, false><<<g, 128, 0, st>>>(w, sh.wb, sink); });
+                floor("pdl, no wait", [&](const unsigned char* w) { launch_pdl(read_floor<8, true, false>, g, 128, st, w, sh.wb, sink); });
+                floor("pdl, wait at end", [&](const unsigned char* w) { launch_pdl(read_floor<8, true, true>, g, 128, st, w, sh.wb, sink); });
             }
         }
-        cudaFree(da); cudaFree(dw); cudaFree(dout); cudaFree(dsa); cudaFree(dsb);
     }
     return 0;
 }
