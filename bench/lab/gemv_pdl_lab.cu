@@ -10,8 +10,6 @@
 #include "lab_common.cuh"
 #include "scaled_mm.cu"
 
-__device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // The tree's fp8_gemv<e4m3, e4m3, bf16, NT = 1, U = 8> with dependent-launch control.
 template <bool EARLY, bool DEP = false>
@@ -21,8 +19,8 @@ __global__ void __launch_bounds__(128, 4)
 #ifdef KILN_HAS_FP8
     const int U = 8;
     __shared__ float part[4][4][32];
-    pdl_launch_next();
-    if (!EARLY) pdl_wait();
+    kiln_let_next_kernel_start();
+    if (!EARLY) kiln_wait_previous_kernel();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int q = warp % KW;
     i64 n0 = ((i64)blockIdx.x * (4 / KW) + warp / KW) * 8;
@@ -42,7 +40,8 @@ __global__ void __launch_bounds__(128, 4)
             wv[u] = k < K && wok ? ld_stream16(wrow + k) : zero;
         }
         if (!waited) {
-            if (DEP) arow0 += kiln_wait_previous_kernel(); else pdl_wait();
+            i64 after = kiln_wait_previous_kernel();
+            if (DEP) arow0 += after;
             waited = true;
         }
         if (kb == q * 64 * U) {
@@ -66,7 +65,7 @@ __global__ void __launch_bounds__(128, 4)
             Mma<e4m3, e4m3>::run(acc, af[1], bf[1]);
         }
     }
-    if (!waited) pdl_wait();
+    if (!waited) kiln_wait_previous_kernel();
     if (KW > 1) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) part[warp][i][lane] = acc[i];

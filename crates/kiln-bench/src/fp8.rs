@@ -181,9 +181,9 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             v["gemm"].as_str().unwrap_or(""),
         );
     }
+    let unfrozen = unfrozen_rows()?;
     // Each GEMM forced on the large shapes, against the default (`Auto`) above, then the
     // row-wise epilogue path (named slower path) for comparison.
-    let unfrozen = unfrozen_rows()?;
     let own = forced_rows(Fp8Gemm::Own, false)?;
     let cublaslt = forced_rows(Fp8Gemm::CublasLt, false)?;
     let epilogue = forced_rows(Fp8Gemm::CublasLt, true)?;

@@ -20,8 +20,9 @@ pub struct Launch {
     /// Every block resident at once; the caller keeps the grid within what fits.
     pub cooperative: bool,
     /// The kernel may start while the previous kernel on the stream still runs (programmatic
-    /// stream serialization): only for kernels that call `kiln_after_previous_kernel()`
-    /// (common.cuh) before their first global memory access.
+    /// stream serialization): only for kernels that call `kiln_wait_previous_kernel()`
+    /// (common.cuh; most through `kiln_after_previous_kernel()`) before any global memory
+    /// access other than reads of frozen storage (`Tensor::freeze`).
     pub after_previous: bool,
 }
 

@@ -50,10 +50,10 @@ KILN_MMA(e4m3, e4m3) KILN_MMA(e4m3, e5m2) KILN_MMA(e5m2, e4m3)
 #define FP8_GEMV_WARPS 4
 #define FP8_GEMV_MIN_BLOCKS 4 // per SM, by the launch bound below
 
-// The scales of lane (g, t)'s outputs in a warp with K slice q: rows g (and g + 8 when NT =
-// 2) and columns t·2, t·2 + 1 of each 8-row tile (row-wise sa[m]·sb[n], tensor-wise sa[0]·sb[0]). Fetched
-// before the K loop's work so that their round trip overlaps it instead of following it
-// (lab, 2026-12-04, two runs each: row-wise 0.1-0.5 µs faster on every decode shape).
+// The scales of lane (g, t)'s outputs in a warp with K slice q: rows g (and g + 8 when
+// NT = 2) and columns t·2, t·2 + 1 of each 8-row tile (row-wise sa[m]·sb[n], tensor-wise
+// sa[0]·sb[0]). Fetched before the K loop's work so that their round trip overlaps it
+// instead of following it (lab, 2026-12-04: row-wise 0.1-0.5 µs faster on every decode shape).
 template <int NT>
 __device__ __forceinline__ void fp8_gemv_scales(const float* sa, const float* sb, int rowwise, i64 n0, int q, int g,
                                                 int t, int M, int N, float (&srow)[2], float (&scol)[NT][2]) {

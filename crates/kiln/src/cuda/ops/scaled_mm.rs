@@ -1,7 +1,8 @@
 //! FP8 launchers (`kernels/scaled_mm.cu` and cuBLASLt). Which path serves which case:
 //! - M ≤ 16, or K = 0: `fp8_gemv` (FP8 `mma.sync`, the weight streamed once with 16-byte
 //!   loads; decode's case). A frozen weight (`Tensor::freeze`) gets its `_early` form,
-//!   launched as a dependent that starts streaming while the kernel ahead finishes.
+//!   launched as a dependent that starts streaming while the kernel ahead finishes, where
+//!   a row group has several warps.
 //! - M > 16, compute capability 9.0, both operands e4m3, output rows a multiple of 16 bytes,
 //!   and `Fp8Gemm::Own` chosen or (the default `Auto`) the row-wise recipe with
 //!   M·N·K ≥ 2^38: kiln's own TMA + wgmma GEMM (`kernels/fp8_gemm.cu`; `fp8_gemm.rs` gives
