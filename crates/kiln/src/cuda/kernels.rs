@@ -7,7 +7,10 @@
 //! `$KILN_CACHE_DIR/kernels` (default `<user cache dir>/kiln/kernels`; `KILN_NO_KERNEL_CACHE=1`
 //! disables it), keyed by the SHA-256 of source, target, NVRTC and driver versions and options.
 //! Compiles use no fast-math flags: IEEE division and square root, no flush-to-zero (NVRTC's
-//! default FMA contraction stays on).
+//! default FMA contraction stays on). For trying a kernel variant without rebuilding kiln,
+//! `KILN_KERNEL_DIR=<dir>` compiles `<dir>/<name>.cu` in place of the built-in source of that
+//! name wherever the file exists (the launchers are unchanged, so a variant keeps their
+//! contract: names, arguments, grid and shared memory).
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::ffi::{c_char, CString};
@@ -185,7 +188,8 @@ impl CudaDevice {
         let (major, minor) = (self.props().cc_major, self.props().cc_minor);
         let (target, want_cubin) = compile_target(major, minor)?;
         let options = compile_options(&target);
-        let full = full_source(source.name, source.src);
+        let text = override_text(source.name)?;
+        let full = full_source(source.name, text.as_deref().unwrap_or(source.src));
         let (nv_major, nv_minor) = self.nvrtc_version();
         let key = cache_key(&full, &target, (nv_major, nv_minor), self.driver_version(), &options);
         let dir = cache_dir();
@@ -238,6 +242,24 @@ impl CudaDevice {
         };
         Ok(self.context().load_module(ptx)?)
     }
+}
+
+/// `$KILN_KERNEL_DIR/<name>.cu` where the variable is set and the file exists.
+fn override_text(name: &str) -> Result<Option<String>> {
+    kernel_file(std::env::var_os("KILN_KERNEL_DIR").as_deref().map(Path::new), name)
+}
+
+/// `<dir>/<name>.cu`'s text, if `dir` is given (and not empty) and the file exists.
+fn kernel_file(dir: Option<&Path>, name: &str) -> Result<Option<String>> {
+    let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else { return Ok(None) };
+    let path = dir.join(format!("{name}.cu"));
+    if !path.exists() {
+        return Ok(None);
+    }
+    tracing::warn!("kernel source {name}: compiling {} instead of the built-in one", path.display());
+    std::fs::read_to_string(&path)
+        .map(Some)
+        .map_err(|e| Error::Cuda(format!("KILN_KERNEL_DIR: cannot read {}: {e}", path.display())))
 }
 
 // ---- compilation ------------------------------------------------------------------------------
@@ -428,6 +450,18 @@ fn write_cached(dir: &Path, key: &str, image: &Image) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_dir_overrides_only_the_files_it_holds() {
+        let dir = std::env::temp_dir().join(format!("kiln-kernel-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("copy.cu"), "// variant").unwrap();
+        assert_eq!(kernel_file(Some(&dir), "copy").unwrap().as_deref(), Some("// variant"));
+        assert_eq!(kernel_file(Some(&dir), "gemv").unwrap(), None);
+        assert_eq!(kernel_file(Some(Path::new("")), "copy").unwrap(), None);
+        assert_eq!(kernel_file(None, "copy").unwrap(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn arch_names() {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GPU machine, repo root, with stage-gpu.sh's bundle unpacked in .gpu: `kiln bench --suite fp8
+# --peer none` once per kernel variant and round, variants in turn so that the power-limited
+# clock's drift falls on all of them alike. LAB_VARIANTS="- dir ..." ("-" = the built-in
+# kernels; a dir holds variant sources, compiled through KILN_KERNEL_DIR), LAB_ROUNDS (3).
+# Ends with the median µs per variant of kiln's FP8 GEMM (forced) and cuBLASLt on the large
+# shapes. JSON per run under $OUT/variants/.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/variants"
+export KILN_FIXTURES=$PWD/.gpu/fixtures KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT=$(cat .gpu/COMMIT)
+echo "$(date -u '+%F %H:%M UTC'), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), kiln $KILN_COMMIT"
+for r in $(seq 1 "${LAB_ROUNDS:-3}"); do
+  for v in ${LAB_VARIANTS:--}; do
+    name=$([ "$v" = - ] && echo builtin || basename "$v")
+    dir=$([ "$v" = - ] && echo "" || realpath "$v")
+    KILN_KERNEL_DIR=$dir timeout 120 .gpu/kiln bench --suite fp8 --peer none \
+      --json "$OUT/variants/$name-$r.json" > "$OUT/variants/$name-$r.txt" 2>&1 || echo "$name round $r: rc=$?"
+  done
+done
+python3 - "$OUT/variants" <<'PY'
+import json, sys, glob, os, statistics
+runs = {}
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    name = os.path.basename(f).rsplit("-", 1)[0]
+    s = json.load(open(f))["suites"]["fp8"]
+    for key, tag in (("op_latency_own_gemm", "kiln"), ("op_latency_cublaslt", "cuBLASLt")):
+        for r in s[key]:
+            runs.setdefault((r["name"], tag), {}).setdefault(name, []).append(r["us"])
+names = sorted({n for v in runs.values() for n in v})
+print(f"{'median µs (rounds)':<48}" + "".join(f"{n:>16}" for n in names))
+for (case, tag), by in sorted(runs.items()):
+    cells = "".join(f"{statistics.median(by[n]):>10.1f} ({len(by[n])})" if n in by else f"{'-':>16}" for n in names)
+    print(f"{case + ' ' + tag:<48}{cells}")
+PY
