@@ -4,13 +4,15 @@
 // (TMA, 128-byte swizzle); warpgroups 1 and 2 each multiply 64 rows of a 128×192 tile
 // with wgmma. The tensor cores accumulate FP8 products in reduced precision, so every
 // 128-deep K block starts a fresh wgmma accumulator and is then added into f32 registers
-// (the "promotion" cuBLASLt does when fast accumulation is off, PyTorch's default). A
-// tile's epilogue runs while the next tile's first K block multiplies.
+// (the "promotion" cuBLASLt does when fast accumulation is off, PyTorch's default).
 // 128×192 keeps wgmma and promotion accumulators (96 + 96 registers) within a thread's
 // budget and tiles N = 8192 in 43 columns: 2752 tiles fill 132 SMs in 20.9 waves.
 // Blocks run in clusters of two that take vertically adjacent tiles: each loads its own
 // A rows and half of the shared W rows, multicast into both: 28 KB of L2 reads per K
 // block instead of 40 (lab, 8192³ tensor-wise: 989 µs against 1041 without clusters).
+// Tried and slower at 8192³ (bench/results/2026-12-04-gemm-variants): running a tile's
+// epilogue beside the next tile's first K block, warpgroups taking turns to issue, bands
+// of 8 or 32 row tiles.
 
 #define FG_BM 128
 #define FG_BN 192
@@ -127,22 +129,17 @@ template <typename T> __device__ __forceinline__ void fg_stage2(unsigned at, flo
 // (wgmma's layout, see fg_epilogue).
 __device__ __forceinline__ int fg_row0(int wt) { return 16 * (wt >> 5) + ((wt & 31) >> 2); }
 
-// A tile's scales and bias, fetched while its first K block multiplies, so that their L2
-// round trip overlaps it: the warpgroup's 192 column scales go to shared memory `cols` by
-// asynchronous copies (rowwise only), its 192 bias values to `bcols` as f32 (in registers
-// either would spill: the epilogue runs beside the next tile's accumulator), and this
-// thread's two row scales (the product sa·sb for tensor-wise) into `row`. Called after the
-// previous tile's epilogue, whose last barrier follows every read of `cols` and `bcols`.
-template <typename T>
-__device__ __forceinline__ void fg_fetch_scales(unsigned cols, unsigned bcols, float* row, const float* __restrict__ sa,
-                                                const float* __restrict__ sb, const T* __restrict__ bias, int rowwise,
-                                                int m0, int n0, int M, int N, int wt) {
-    for (int c = wt; c < FG_BN; c += 128) {
-        if (rowwise)
+// A tile's scales, fetched when its K loop starts so that their L2 round trip overlaps it:
+// the warpgroup's 192 column scales go to shared memory `cols` by asynchronous copies
+// (rowwise only; in registers they would spill), and this thread's two row scales (the
+// product sa·sb for tensor-wise) into `row`. Called after the previous tile's epilogue,
+// whose last barrier follows every read of `cols`.
+__device__ __forceinline__ void fg_fetch_scales(unsigned cols, float* row, const float* __restrict__ sa,
+                                                const float* __restrict__ sb, int rowwise, int m0, int n0, int M, int N,
+                                                int wt) {
+    if (rowwise) {
+        for (int c = wt; c < FG_BN; c += 128)
             asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(cols + 4 * c), "l"(sb + min(n0 + c, N - 1))
-                         : "memory");
-        if (bias)
-            asm volatile("st.shared.f32 [%0], %1;" ::"r"(bcols + 4 * c), "f"(up<float>(bias[min(n0 + c, N - 1)]))
                          : "memory");
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -158,13 +155,18 @@ __device__ __forceinline__ void fg_fetch_scales(unsigned cols, unsigned bcols, f
 // 16w + l/4 + 8h, column 8j + 2(l%4) + c. The staging buffer holds 64 rows of 384 bytes
 // (all 192 columns of bf16 / f16, half of them of f32, so f32 takes two passes) as
 // boxes of 64 rows × 128 bytes in the 128-byte swizzle: the 8 rows a store instruction
-// touches land in 8 different bank groups.
+// touches land in 8 different bank groups. The bias is loaded here, all at once (clamped
+// indices, no branches): per column it would cost an L2 round trip each.
 template <typename T>
-__device__ __forceinline__ void fg_epilogue(const float* acc, unsigned cols, unsigned bcols, const float* row,
-                                            int rowwise, int has_bias, unsigned stage, const TmaMap* mo, int m0,
-                                            int n0, int wt, int barrier) {
+__device__ __forceinline__ void fg_epilogue(const float* acc, unsigned cols, const float* row, int rowwise,
+                                            unsigned stage, const TmaMap* mo, const T* __restrict__ bias, int m0,
+                                            int n0, int N, int wt, int barrier) {
+    const int mine = FG_BN / 4;  // this thread's columns: c0 + 8j + e, j < FG_BN / 8, e < 2
     const int passes = sizeof(T) / 2, per = FG_BN / passes, box_cols = 128 / sizeof(T);
     int r0 = fg_row0(wt), c0 = 2 * (wt & 3);
+    float cb[mine];
+#pragma unroll
+    for (int i = 0; i < mine; ++i) cb[i] = bias ? up<float>(bias[min(n0 + c0 + 8 * (i >> 1) + (i & 1), N - 1)]) : 0.f;
 #pragma unroll
     for (int p = 0; p < passes; ++p) {
         // The buffer is free once the copy engine has read the previous stores out of it.
@@ -175,17 +177,15 @@ __device__ __forceinline__ void fg_epilogue(const float* acc, unsigned cols, uns
 #pragma unroll
         for (int jp = 0; jp < per / 8; ++jp) {
             const int j = p * per / 8 + jp;
-            float cs0 = 1.f, cs1 = 1.f, b0 = 0.f, b1 = 0.f;
+            float cs0 = 1.f, cs1 = 1.f;
             if (rowwise)
                 asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(cs0), "=f"(cs1) : "r"(cols + 4 * (8 * j + c0)));
-            if (has_bias)
-                asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(b0), "=f"(b1) : "r"(bcols + 4 * (8 * j + c0)));
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 int r = r0 + 8 * h, byte = (8 * jp + c0) * (int)sizeof(T);
                 unsigned at = stage + (byte >> 7) * 64 * 128 + r * 128 + ((((byte >> 4) & 7) ^ (r & 7)) << 4) + (byte & 15);
-                float v0 = acc[4 * j + 2 * h] * row[h] * cs0 + b0;
-                float v1 = acc[4 * j + 2 * h + 1] * row[h] * cs1 + b1;
+                float v0 = acc[4 * j + 2 * h] * row[h] * cs0 + cb[2 * j];
+                float v1 = acc[4 * j + 2 * h + 1] * row[h] * cs1 + cb[2 * j + 1];
                 fg_stage2(at, v0, v1, (T*)0);
             }
         }
@@ -211,7 +211,7 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
     // The 128-byte swizzle repeats every 1024 bytes: stages start on a 1024-byte boundary.
     unsigned base = (fg_smem(fg_raw) + 1023) & ~1023u;
     unsigned staging = base + FG_STAGES * FG_STAGE_BYTES, scales = staging + 2 * FG_OUT_BYTES;
-    unsigned biases = scales + 2 * FG_BN * 4, full = biases + 2 * FG_BN * 4, empty = full + 8 * FG_STAGES;
+    unsigned full = scales + 2 * FG_BN * 4, empty = full + 8 * FG_STAGES;
     unsigned rank;
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     int wg = threadIdx.x >> 7;
@@ -261,28 +261,19 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
         int wt = threadIdx.x & 127, cw = wg - 1;
         float d[FG_BN / 2], acc[FG_BN / 2];
         float row[2];
-        unsigned cols = scales + cw * FG_BN * 4, bcols = biases + cw * FG_BN * 4, stage = staging + cw * FG_OUT_BYTES;
+        unsigned cols = scales + cw * FG_BN * 4;
         unsigned it = 0;
-        int done_m0 = -1, done_n0 = 0;  // the tile whose sums wait in acc for their epilogue
         for (int t = cluster; t < tiles; t += clusters) {
             int m0, n0;
             fg_tile(t, tiles_m, tiles_n, m0, n0);
             int wm0 = m0 + (int)rank * FG_BM + 64 * cw;  // this warpgroup's first row
+            fg_fetch_scales(cols, row, sa, sb, rowwise, wm0, n0, M, N, wt);
+#pragma unroll
+            for (int i = 0; i < FG_BN / 2; ++i) acc[i] = 0.f;
             for (int kb = 0; kb < kblocks; ++kb, ++it) {
                 unsigned s = it % FG_STAGES, a = base + s * FG_STAGE_BYTES;
                 fg_bar_wait(full + 8 * s, (it / FG_STAGES) & 1);
                 fg_wgmma_block(d, fg_desc(a + cw * 64 * FG_BK), fg_desc(a + FG_A_BYTES));
-                if (kb == 0) {
-                    // The previous tile's epilogue runs while this tile's first block
-                    // multiplies: otherwise the tensor cores idle through it (both
-                    // warpgroups reach it together).
-                    if (done_m0 >= 0)
-                        fg_epilogue<T>(acc, cols, bcols, row, rowwise, bias != nullptr, stage, mo, done_m0, done_n0,
-                                       wt, 1 + cw);
-                    fg_fetch_scales(cols, bcols, row, sa, sb, bias, rowwise, wm0, n0, M, N, wt);
-#pragma unroll
-                    for (int i = 0; i < FG_BN / 2; ++i) acc[i] = 0.f;
-                }
                 // ptxas serialises every wgmma if the accumulator of one is read while
                 // another is in flight, so the block is finished before it is promoted.
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -290,11 +281,8 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
 #pragma unroll
                 for (int i = 0; i < FG_BN / 2; ++i) acc[i] += d[i];
             }
-            done_m0 = wm0;
-            done_n0 = n0;
+            fg_epilogue(acc, cols, row, rowwise, staging + cw * FG_OUT_BYTES, mo, bias, wm0, n0, N, wt, 1 + cw);
         }
-        if (done_m0 >= 0)
-            fg_epilogue<T>(acc, cols, bcols, row, rowwise, bias != nullptr, stage, mo, done_m0, done_n0, wt, 1 + cw);
         if (wt == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
     // No block may leave while the other can still write its shared memory or barriers.

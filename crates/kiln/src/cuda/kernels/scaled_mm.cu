@@ -40,8 +40,8 @@ KILN_MMA(e4m3, e4m3) KILN_MMA(e4m3, e5m2) KILN_MMA(e5m2, e4m3)
 // the scales and the bias. In a run of decode ops each weight stream then starts while the
 // op before finishes. H200 lab, 2026-12-04 (bench/lab/gemv_pdl_lab.cu, 20-call graph, plain
 // -> _early): 1x4096x4096 6.8 -> 6.1 µs, 1x14336x4096 17.4 -> 16.3, 1x4096x1024 4.3 -> 3.9,
-// 1x4096x14336 17.2 both; the lab's one-tile copy of the idea (tree_pdl) reaches 5.9 on
-// 1x4096², for reasons not found yet. Waiting first thing instead gains 0.25 on 1x4096² and
+// 1x4096x14336 17.2 both; the suite at a1af1a7, after the weight loads lost their row test
+// (see wrow below), 1x4096x4096 5.6 µs. Waiting first thing instead gains 0.25 on 1x4096² and
 // loses 0.7 on 1x4096x14336. The plain kernels keep every load of a step together (split,
 // they lose 0.4-1 µs). Plainly, 1x4096x4096 takes 6.7-6.8 µs, of which reading with this
 // kernel's pattern alone is 5.6 (left out one stage at a time: plus the cross-warp sum 6.0,

@@ -28,9 +28,9 @@ const CLUSTER: usize = 2;
 const THREADS: u32 = 384;
 /// Each consumer warpgroup's output staging buffer (FG_OUT_BYTES): 64 rows of 384 bytes.
 const OUT_STAGING: usize = 64 * 384;
-/// The stages, two staging buffers, two warpgroups' column scales and bias values, the
-/// barriers and the slack that aligns them to 1024 bytes.
-const SMEM: usize = STAGES * (BM + BN) * BK + 2 * OUT_STAGING + 2 * 2 * BN * 4 + 1024 + 128;
+/// The stages, two staging buffers, two warpgroups' column scales, the barriers and the
+/// slack that aligns them to 1024 bytes.
+const SMEM: usize = STAGES * (BM + BN) * BK + 2 * OUT_STAGING + 2 * BN * 4 + 1024 + 128;
 /// Smallest M·N·K that `Auto` gives kiln's kernel (row-wise only): measured as fast as
 /// cuBLASLt or faster at 8192³ = 2^39, slower at 4096³ = 2^36; the threshold sits between,
 /// in log scale (shapes in between were not measured).
