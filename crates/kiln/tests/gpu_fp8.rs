@@ -211,6 +211,9 @@ fn own_gemm(cx: &mut Ctx) -> R {
         (300, 520, 1008),
         (256, 384, 1024),
         (1000, 200, 4096),
+        // 10 K blocks, the last partial: a consumer loop that groups K blocks (in fours or
+        // eights) ends with a remainder.
+        (192, 208, 1168),
         // 102 cluster tiles: on an H200's 66 clusters most run two through the persistent
         // loop (the staging buffers and scales of one tile reused by the next).
         (4100, 968, 144),
