@@ -82,6 +82,14 @@ pub fn run(suites: &[&str], device: Device, opts: &Options) -> Result<Value> {
         println!("== {s}");
         out.insert(s.to_string(), run_suite(s, device, opts)?);
     }
+    for o in kiln::cuda::kernel_overrides() {
+        println!(
+            "NOTE: kernel source {} was {} (KILN_KERNEL_DIR, sha256 {}), not the built-in one",
+            o.name,
+            o.path.display(),
+            &o.sha256[..16]
+        );
+    }
     Ok(json!({ "schema": SCHEMA, "provenance": provenance(), "suites": out }))
 }
 
@@ -139,6 +147,8 @@ mod tests {
         let doc = json!({ "schema": SCHEMA, "provenance": provenance(),
             "suites": { "cpu": crate::cpu::run(32, 1024, 2).unwrap() } });
         validate(&doc).unwrap();
+        // No KILN_KERNEL_DIR here: no kernel source replaced.
+        assert_eq!(doc["provenance"]["kernel_overrides"], json!([]));
         assert!(validate(&json!({ "schema": SCHEMA, "suites": {} })).is_err());
         let table = compare(&doc, &doc);
         assert!(table.contains("cpu.matmul_f32.stats.median_ms"), "{table}");

@@ -26,8 +26,20 @@ fn git() -> (String, bool) {
     }
 }
 
-/// Commit, dirty flag, kiln version, host, timestamp, and the device's name, compute
-/// capability, driver, CUDA and NVRTC versions (or "cpu").
+/// The kernel sources compiled from `KILN_KERNEL_DIR` so far (name, path, SHA-256): figures
+/// measured with them are not the commit's kernels.
+pub fn kernel_overrides() -> Value {
+    let files = kiln::cuda::kernel_overrides();
+    files
+        .iter()
+        .map(|o| json!({ "name": o.name, "path": o.path.display().to_string(), "sha256": o.sha256 }))
+        .collect()
+}
+
+/// Commit, dirty flag, kiln version, host, timestamp, the device's name, compute
+/// capability, driver, CUDA and NVRTC versions (or "cpu"), and any kernel sources that
+/// replaced the built-in ones (`kernel_overrides`, empty normally). Call it after the
+/// measurements, so that the overrides they compiled are listed.
 pub fn provenance() -> Value {
     let (commit, dirty) = git();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
@@ -47,5 +59,6 @@ pub fn provenance() -> Value {
         "host": host,
         "unix_time": timestamp,
         "device": device,
+        "kernel_overrides": kernel_overrides(),
     })
 }

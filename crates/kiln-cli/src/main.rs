@@ -152,7 +152,10 @@ fn compile_kernels(archs: &str) -> kiln::Result<ExitCode> {
     for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         for src in kiln::cuda::ops::ALL_SOURCES {
             match kiln::cuda::compile_check(src, arch) {
-                Ok(()) => println!("ok    {:<14} {arch}", src.name),
+                Ok(None) => println!("ok    {:<14} {arch}", src.name),
+                Ok(Some(o)) => {
+                    println!("ok    {:<14} {arch}  (KILN_KERNEL_DIR: {})", src.name, o.path.display())
+                }
                 Err(e) => {
                     failed += 1;
                     println!("FAIL  {:<14} {arch}\n{e}", src.name);

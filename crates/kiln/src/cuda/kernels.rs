@@ -117,6 +117,18 @@ pub struct KernelLoad {
     pub kind: KernelLoadKind,
     /// Compile (or disk read) plus module load, in milliseconds.
     pub ms: f64,
+    /// The file compiled in place of the built-in source (`KILN_KERNEL_DIR`), if any.
+    pub overridden_by: Option<KernelOverride>,
+}
+
+/// A kernel source file that `KILN_KERNEL_DIR` put in place of a built-in source: results
+/// measured with it are not the commit's (benchmarks record these in their provenance).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelOverride {
+    pub name: String,
+    pub path: PathBuf,
+    /// SHA-256 of the file's text, hex.
+    pub sha256: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -148,6 +160,18 @@ pub fn kernel_cache_stats() -> KernelCacheStats {
     }
     s.loads = loads;
     s
+}
+
+/// The kernel sources this process compiled from `KILN_KERNEL_DIR` instead of its own, once
+/// each, in load order.
+pub fn kernel_overrides() -> Vec<KernelOverride> {
+    let mut seen = Vec::new();
+    for o in LOADS.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(|l| l.overridden_by.clone()) {
+        if !seen.contains(&o) {
+            seen.push(o);
+        }
+    }
+    seen
 }
 
 // ---- per-device module cache ------------------------------------------------------------------
@@ -188,8 +212,9 @@ impl CudaDevice {
         let (major, minor) = (self.props().cc_major, self.props().cc_minor);
         let (target, want_cubin) = compile_target(major, minor)?;
         let options = compile_options(&target);
-        let text = override_text(source.name)?;
-        let full = full_source(source.name, text.as_deref().unwrap_or(source.src));
+        let file = override_file(source.name)?;
+        let full = full_source(source.name, file.as_ref().map_or(source.src, |f| f.text.as_str()));
+        let overridden_by = file.map(|f| f.record);
         let (nv_major, nv_minor) = self.nvrtc_version();
         let key = cache_key(&full, &target, (nv_major, nv_minor), self.driver_version(), &options);
         let dir = cache_dir();
@@ -200,6 +225,7 @@ impl CudaDevice {
                 target: target.clone(),
                 kind,
                 ms: start.elapsed().as_secs_f64() * 1e3,
+                overridden_by: overridden_by.clone(),
             };
             LOADS.lock().unwrap_or_else(|e| e.into_inner()).push(load);
         };
@@ -244,22 +270,29 @@ impl CudaDevice {
     }
 }
 
+/// A kernel source read from `KILN_KERNEL_DIR`.
+struct KernelFile {
+    text: String,
+    record: KernelOverride,
+}
+
 /// `$KILN_KERNEL_DIR/<name>.cu` where the variable is set and the file exists.
-fn override_text(name: &str) -> Result<Option<String>> {
+fn override_file(name: &str) -> Result<Option<KernelFile>> {
     kernel_file(std::env::var_os("KILN_KERNEL_DIR").as_deref().map(Path::new), name)
 }
 
-/// `<dir>/<name>.cu`'s text, if `dir` is given (and not empty) and the file exists.
-fn kernel_file(dir: Option<&Path>, name: &str) -> Result<Option<String>> {
+/// `<dir>/<name>.cu`, if `dir` is given (and not empty) and the file exists.
+fn kernel_file(dir: Option<&Path>, name: &str) -> Result<Option<KernelFile>> {
     let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else { return Ok(None) };
     let path = dir.join(format!("{name}.cu"));
     if !path.exists() {
         return Ok(None);
     }
     tracing::warn!("kernel source {name}: compiling {} instead of the built-in one", path.display());
-    std::fs::read_to_string(&path)
-        .map(Some)
-        .map_err(|e| Error::Cuda(format!("KILN_KERNEL_DIR: cannot read {}: {e}", path.display())))
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::Cuda(format!("KILN_KERNEL_DIR: cannot read {}: {e}", path.display())))?;
+    let sha256 = hex(&Sha256::digest(text.as_bytes()));
+    Ok(Some(KernelFile { text, record: KernelOverride { name: name.to_string(), path, sha256 } }))
 }
 
 // ---- compilation ------------------------------------------------------------------------------
@@ -384,10 +417,14 @@ pub fn compile_to_ptx_check(src: &str, arch: &str) -> Result<()> {
     nvrtc_compile("check", &full_source("check", src), &compile_options(arch), false).map(|_| ())
 }
 
-/// [`compile_to_ptx_check`] for a [`KernelSource`], naming it in errors.
-pub fn compile_check(source: &KernelSource, arch: &str) -> Result<()> {
-    nvrtc_compile(source.name, &full_source(source.name, source.src), &compile_options(arch), false)
-        .map(|_| ())
+/// [`compile_to_ptx_check`] for a [`KernelSource`], naming it in errors; like a load, it takes
+/// `$KILN_KERNEL_DIR/<name>.cu` in place of the built-in source where that exists, and says
+/// so by returning the file's record.
+pub fn compile_check(source: &KernelSource, arch: &str) -> Result<Option<KernelOverride>> {
+    let file = override_file(source.name)?;
+    let text = file.as_ref().map_or(source.src, |f| f.text.as_str());
+    nvrtc_compile(source.name, &full_source(source.name, text), &compile_options(arch), false)?;
+    Ok(file.map(|f| f.record))
 }
 
 // ---- disk cache -------------------------------------------------------------------------------
@@ -416,7 +453,11 @@ fn cache_key(full_src: &str, target: &str, nvrtc: (i32, i32), driver: i32, optio
     for o in options {
         field(o.as_bytes());
     }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hex(&h.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn read_cached(dir: &Path, key: &str) -> Option<(Image, PathBuf)> {
@@ -456,10 +497,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kiln-kernel-dir-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("copy.cu"), "// variant").unwrap();
-        assert_eq!(kernel_file(Some(&dir), "copy").unwrap().as_deref(), Some("// variant"));
-        assert_eq!(kernel_file(Some(&dir), "gemv").unwrap(), None);
-        assert_eq!(kernel_file(Some(Path::new("")), "copy").unwrap(), None);
-        assert_eq!(kernel_file(None, "copy").unwrap(), None);
+        let f = kernel_file(Some(&dir), "copy").unwrap().unwrap();
+        assert_eq!(f.text, "// variant");
+        assert_eq!(f.record.name, "copy");
+        assert_eq!(f.record.path, dir.join("copy.cu"));
+        // sha256sum of the 10 bytes "// variant"
+        assert_eq!(f.record.sha256, "8b2de86e6cf796fb56eda3ae4e54cd053618f17363499308c6213ecc11b1c0e4");
+        assert!(kernel_file(Some(&dir), "gemv").unwrap().is_none());
+        assert!(kernel_file(Some(Path::new("")), "copy").unwrap().is_none());
+        assert!(kernel_file(None, "copy").unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
