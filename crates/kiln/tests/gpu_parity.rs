@@ -14,27 +14,11 @@ const FLOATS: [DType; 4] = [DType::F32, DType::F16, DType::BF16, DType::F64];
 const INTS: [DType; 5] = [DType::I32, DType::I64, DType::U8, DType::U64, DType::I8];
 
 fn casts(cx: &mut Ctx) -> std::result::Result<(), String> {
-    let real = [
-        DType::Bool,
-        DType::U8,
-        DType::U16,
-        DType::U32,
-        DType::U64,
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::F8E4M3,
-        DType::F8E5M2,
-        DType::F16,
-        DType::BF16,
-        DType::F32,
-        DType::F64,
-    ];
-    for from in real {
+    let real = DType::ALL.into_iter().filter(|d| !d.is_complex()).collect::<Vec<_>>();
+    for &from in &real {
         // Values past the float8 range (saturation / NaN) and in its subnormals.
         let (g, c) = cx.pair(&[37, 29], from, if from.is_float() { 300.0 } else { 50.0 }).map_err(e)?;
-        for to in real {
+        for &to in &real {
             both(&format!("cast {from}->{to}"), &g, &c, 0.0, |x| x.to_dtype(to))?;
             both(&format!("cast T {from}->{to}"), &g, &c, 0.0, |x| x.t()?.to_dtype(to))?;
         }
