@@ -28,9 +28,8 @@ fn git() -> (String, bool) {
 
 /// The kernel sources compiled from `KILN_KERNEL_DIR` so far (name, path, SHA-256): figures
 /// measured with them are not the commit's kernels.
-pub fn kernel_overrides() -> Value {
-    let files = kiln::cuda::kernel_overrides();
-    files
+fn kernel_overrides() -> Value {
+    kiln::cuda::kernel_overrides()
         .iter()
         .map(|o| json!({ "name": o.name, "path": o.path.display().to_string(), "sha256": o.sha256 }))
         .collect()
