@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/out}
 L=$OUT/lab
 mkdir -p "$L"
 tar xJf .gpu/bundle.tar.xz -C .gpu
-export KILN_FIXTURES=$PWD/.gpu/fixtures KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT=$(cat .gpu/COMMIT)
+export KILN_FIXTURES=$PWD/.gpu/fixtures KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT=$(cat .gpu/COMMIT) KILN_BENCH_DIR=$PWD/.gpu
 lab=$PWD/.gpu-lab/fp8-gemm-split
 nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,clocks.sm --format=csv,noheader
 for v in split4 split8; do
