@@ -117,6 +117,51 @@ fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>>
                 .map(|t| vec![t]))
         }
         "scaled_mm" => r(crate::fp8::fixture_scaled_mm(ins, &c.args).map(|t| vec![t])),
+        "conv2d" | "conv3d" => {
+            // An int, or one value per spatial dim.
+            let per_dim = |k: &str, default: usize| -> Option<Vec<usize>> {
+                match c.args.get(k) {
+                    None => Some(vec![default]),
+                    Some(v) if v.is_u64() => Some(vec![v.as_u64()? as usize]),
+                    Some(v) => v.as_array()?.iter().map(|x| x.as_u64().map(|x| x as usize)).collect(),
+                }
+            };
+            let p = kiln::Conv {
+                stride: per_dim("stride", 1)?,
+                padding: per_dim("padding", 0)?,
+                dilation: per_dim("dilation", 1)?,
+                groups: c.args.get("groups").and_then(|v| v.as_u64()).unwrap_or(1) as usize,
+            };
+            let f = if c.op == "conv2d" { Tensor::conv2d } else { Tensor::conv3d };
+            r(f(&ins[0], &ins[1], ins.get(2), &p).map(|t| vec![t]))
+        }
+        "group_norm" => {
+            let groups = c.args.get("num_groups")?.as_u64()? as usize;
+            let eps = arg_f64(c, "eps").unwrap_or(1e-5);
+            r(ins[0].group_norm(groups, ins.get(1), ins.get(2), eps).map(|t| vec![t]))
+        }
+        "pad" => {
+            let amounts: Vec<isize> = c
+                .args
+                .get("pad")?
+                .as_array()?
+                .iter()
+                .map(|v| v.as_i64().map(|x| x as isize))
+                .collect::<Option<_>>()?;
+            let mode =
+                kiln::PadMode::parse(c.args.get("mode")?.as_str()?, arg_f64(c, "value").unwrap_or(0.0))?;
+            r(ins[0].pad(&amounts, mode).map(|t| vec![t]))
+        }
+        "sdpa" => {
+            let flag = |k: &str| c.args.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
+            let o = kiln::Sdpa {
+                attn_mask: ins.get(3),
+                is_causal: flag("is_causal"),
+                enable_gqa: flag("enable_gqa"),
+                ..kiln::Sdpa::default()
+            };
+            r(ins[0].scaled_dot_product_attention(&ins[1], &ins[2], &o).map(|t| vec![t]))
+        }
         "heaviside" => r(ins[0].heaviside(&ins[1]).map(|t| vec![t])),
         "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
         "logspace" => {
@@ -283,6 +328,17 @@ mod tests {
             "router_softmax_topk8",
             "scaled_mm_tensorwise",
             "scaled_mm_rowwise",
+            "sdpa_broadcast_batch",
+            "sdpa_gqa_causal",
+            "sdpa_decode_mask",
+            "pad_constant",
+            "pad_reflect",
+            "pad_replicate",
+            "pad_constant_5d_causal",
+            "group_norm",
+            "conv2d_pad1",
+            "conv2d_stride2",
+            "conv3d_causal",
         ] {
             let r = results.iter().find(|r| r.case == case).unwrap_or_else(|| panic!("no case {case}"));
             assert!(matches!(r.outcome, Outcome::Pass { .. }), "{case}: {:?}", r.outcome);

@@ -10,7 +10,7 @@ use crate::config::{Config, RopeScaling};
 use crate::kv_cache::KvCache;
 use crate::loader::WeightSource;
 use kiln::fp8::{Fp8Weight, Granularity};
-use kiln::{DType, Device, Result, Tensor};
+use kiln::{DType, Device, Result, Sdpa, Tensor};
 
 /// The `[out, in]` weight of a linear layer, as stored (`x @ weight.T`).
 #[derive(Clone, Debug)]
@@ -347,20 +347,11 @@ impl Attention {
         let q = rope.apply(&q.transpose(1, 2)?, pos)?;
         let k = rope.apply(&k.transpose(1, 2)?, pos)?;
         let (keys, values) = cache.append(layer, &k, &v.transpose(1, 2)?)?;
-        let len = pos + t;
-        // Each KV head serves `g` query heads: fold them into the row dim, so K and V
-        // are used as they lie in the cache (no expand, no copy).
-        let g = hq / hkv;
-        let q = q.reshape(&[b, hkv, g * t, d])?;
-        let scores = q.matmul(&keys.transpose(-1, -2)?)?.mul_scalar(1.0 / (d as f64).sqrt())?;
-        let mut scores = scores.to_dtype(DType::F32)?;
-        if t > 1 {
-            let mask = causal_mask(t, pos, x.device())?;
-            scores = scores.reshape(&[b, hkv, g, t, len])?.add(&mask)?.reshape(&[b, hkv, g * t, len])?;
-        }
-        let probs = scores.softmax(-1)?.to_dtype(x.dtype())?;
-        let out =
-            probs.matmul(&values)?.reshape(&[b, hq, t, d])?.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
+        // Prefill: query i, at position pos + i, sees keys 0..=pos + i (bottom-right).
+        let mask = if t > 1 { Some(causal_mask(t, pos, x.device())?) } else { None };
+        let o = Sdpa { attn_mask: mask.as_ref(), enable_gqa: true, ..Sdpa::default() };
+        let out = q.scaled_dot_product_attention(&keys, &values, &o)?;
+        let out = out.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
         self.o.forward(&out)
     }
 

@@ -1,11 +1,11 @@
 //! Every Foundation op on the GPU against the CPU backend: casts, elementwise,
-//! reductions, softmax / rms_norm, matmul, indexing, creation — odd sizes, empty,
-//! non-contiguous, broadcast, -inf / NaN. See `common/mod.rs` for the harness.
+//! reductions, softmax / rms_norm / group_norm, matmul, attention, padding, convolution, indexing,
+//! creation — odd sizes, empty, non-contiguous, broadcast, -inf / NaN. See `common/mod.rs` for the harness.
 
 mod common;
 
 use common::{both, e, same, tol_of, Case, Ctx};
-use kiln::{BinaryOp, DType, Device, ReduceOp, Tensor, UnaryOp};
+use kiln::{BinaryOp, Conv, DType, Device, PadMode, ReduceOp, Sdpa, Tensor, UnaryOp};
 use std::process::ExitCode;
 
 const CPU: Device = Device::Cpu;
@@ -178,6 +178,15 @@ fn softmax_norm(cx: &mut Ctx) -> std::result::Result<(), String> {
             c.rms_norm(&[1337], Some(&wc), Some(1e-6)).map_err(e)?,
         );
         same(&format!("rms_norm {dt}"), &gr, &cr, t)?;
+        let (x, xc) = cx.pair(&[3, 12, 5, 7], dt, 3.0).map_err(e)?;
+        let (w, wc) = cx.pair(&[12], dt, 1.0).map_err(e)?;
+        let (b, bc) = cx.pair(&[12], dt, 1.0).map_err(e)?;
+        same(
+            &format!("group_norm {dt}"),
+            &x.group_norm(4, Some(&w), Some(&b), 1e-5).map_err(e)?,
+            &xc.group_norm(4, Some(&wc), Some(&bc), 1e-5).map_err(e)?,
+            t,
+        )?;
     }
     let x = Tensor::from_slice(&[f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, f32::NAN], &[2, 2], CPU)
         .map_err(e)?;
@@ -224,6 +233,107 @@ fn matmul(cx: &mut Ctx) -> std::result::Result<(), String> {
             &cp.matmul(&cp.transpose(1, 2).map_err(e)?).map_err(e)?,
             t,
         )?;
+    }
+    Ok(())
+}
+
+/// scaled_dot_product_attention: batch broadcast, GQA at decode (L = 1) and prefill, top-left
+/// causal with L ≠ S, additive and boolean masks with a row that sees no key.
+fn attention(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in [DType::F32, DType::BF16, DType::F16] {
+        let t = tol_of(dt).max(1e-5) * 4.0;
+        for (qs, ks, causal, gqa) in [
+            ([2, 3, 5, 24], [1, 3, 7, 24], false, false),
+            ([1, 8, 1, 80], [1, 2, 33, 80], false, true),
+            ([2, 6, 7, 40], [2, 2, 11, 40], true, true),
+        ] {
+            let (q, qc) = cx.pair(&qs, dt, 1.0).map_err(e)?;
+            let (k, kc) = cx.pair(&ks, dt, 1.0).map_err(e)?;
+            let (v, vc) = cx.pair(&ks, dt, 1.0).map_err(e)?;
+            let o = Sdpa { is_causal: causal, enable_gqa: gqa, ..Sdpa::default() };
+            same(
+                &format!("sdpa {dt} {qs:?} {ks:?} causal={causal} gqa={gqa}"),
+                &q.scaled_dot_product_attention(&k, &v, &o).map_err(e)?,
+                &qc.scaled_dot_product_attention(&kc, &vc, &o).map_err(e)?,
+                t,
+            )?;
+        }
+        let (q, qc) = cx.pair(&[2, 4, 3, 16], dt, 1.0).map_err(e)?;
+        let (k, kc) = cx.pair(&[2, 2, 9, 16], dt, 1.0).map_err(e)?;
+        let (v, vc) = cx.pair(&[2, 2, 9, 16], dt, 1.0).map_err(e)?;
+        let (add, addc) = cx.pair(&[1, 4, 3, 9], DType::F32, 2.0).map_err(e)?;
+        let keep: Vec<f32> =
+            (0..27).map(|i| if i / 9 == 1 { 0.0 } else { (i % 3 != 0) as u8 as f32 }).collect();
+        let keepc = Tensor::from_vec(keep, &[3, 9], CPU).and_then(|m| m.to_dtype(DType::Bool)).map_err(e)?;
+        let keepg = keepc.to_device(cx.gpu).map_err(e)?;
+        for (name, m, mc) in [("additive", &add, &addc), ("bool", &keepg, &keepc)] {
+            let (o, oc) = (
+                Sdpa { attn_mask: Some(m), enable_gqa: true, ..Sdpa::default() },
+                Sdpa { attn_mask: Some(mc), enable_gqa: true, ..Sdpa::default() },
+            );
+            same(
+                &format!("sdpa {dt} {name} mask"),
+                &q.scaled_dot_product_attention(&k, &v, &o).map_err(e)?,
+                &qc.scaled_dot_product_attention(&kc, &vc, &oc).map_err(e)?,
+                t,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// pad in every mode on odd sizes, several dims at once, constant with cropping, a
+/// non-contiguous input and an integer dtype.
+fn padding(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in [DType::F32, DType::BF16, DType::I64] {
+        let (x, xc) = cx.pair(&[2, 3, 7, 9], dt, 4.0).map_err(e)?;
+        let (xt, xtc) = (x.transpose(2, 3).map_err(e)?, xc.transpose(2, 3).map_err(e)?);
+        for (pad, mode) in [
+            (vec![1, 2, 3, 0], PadMode::Constant(0.5)),
+            (vec![2, -1, 0, 1, 1, 1], PadMode::Constant(-3.0)),
+            (vec![2, 2, 1, 1], PadMode::Reflect),
+            (vec![6, 0, 1, 6], PadMode::Reflect),
+            (vec![2, 1, 1, 2, 0, 3], PadMode::Replicate),
+            (vec![3, 7, 0, 2], PadMode::Circular),
+        ] {
+            both(&format!("pad {dt} {pad:?} {mode:?}"), &x, &xc, 0.0, |t| t.pad(&pad, mode))?;
+            both(&format!("pad {dt} transposed {pad:?} {mode:?}"), &xt, &xtc, 0.0, |t| t.pad(&pad, mode))?;
+        }
+    }
+    Ok(())
+}
+
+/// conv1d / conv2d / conv3d with padding, stride, dilation, groups and bias on odd sizes.
+fn convolution(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for dt in [DType::F32, DType::BF16] {
+        let t = tol_of(dt).max(1e-5) * 4.0;
+        let p = |s: &[usize], pad: &[usize], dil: &[usize], g| Conv {
+            stride: s.to_vec(),
+            padding: pad.to_vec(),
+            dilation: dil.to_vec(),
+            groups: g,
+        };
+        for (xs, ws, cp) in [
+            (vec![2, 3, 13, 11], vec![5, 3, 3, 3], p(&[1], &[1], &[1], 1)),
+            (vec![1, 6, 17, 9], vec![4, 3, 3, 2], p(&[2, 1], &[0, 1], &[1, 2], 2)),
+            (vec![1, 4, 5, 9, 7], vec![3, 4, 3, 3, 3], p(&[1], &[0, 1, 1], &[1], 1)),
+            (vec![2, 5, 31], vec![5, 1, 4], p(&[3], &[2], &[1], 5)),
+        ] {
+            let (x, xc) = cx.pair(&xs, dt, 1.0).map_err(e)?;
+            let (w, wc) = cx.pair(&ws, dt, 1.0).map_err(e)?;
+            let (b, bc) = cx.pair(&ws[..1], dt, 1.0).map_err(e)?;
+            let f = match xs.len() {
+                3 => Tensor::conv1d,
+                4 => Tensor::conv2d,
+                _ => Tensor::conv3d,
+            };
+            same(
+                &format!("conv {dt} {xs:?} * {ws:?} {cp:?}"),
+                &f(&x, &w, Some(&b), &cp).map_err(e)?,
+                &f(&xc, &wc, Some(&bc), &cp).map_err(e)?,
+                t,
+            )?;
+        }
     }
     Ok(())
 }
@@ -352,6 +462,9 @@ fn main() -> ExitCode {
         ("reductions", reductions),
         ("softmax_norm", softmax_norm),
         ("matmul", matmul),
+        ("attention", attention),
+        ("padding", padding),
+        ("convolution", convolution),
         ("indexing", indexing),
         ("creation", creation),
     ];

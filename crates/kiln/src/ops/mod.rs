@@ -2,7 +2,9 @@
 //! computes (`cpu::*` or `cuda::ops::*`). A GPU op that has no kernel yet returns
 //! `Error::NotImplemented`; nothing falls back to the CPU silently.
 
+mod attention;
 mod cast;
+mod conv;
 mod create;
 mod elementwise;
 mod histogram;
@@ -10,12 +12,16 @@ mod index;
 mod loss;
 mod matmul;
 mod nn;
+mod pad;
 mod reduce;
 mod topk;
 mod view;
 
+pub use attention::Sdpa;
+pub use conv::Conv;
 pub use create::RandKind;
 pub use loss::Reduction;
+pub use pad::PadMode;
 pub use topk::Router;
 
 /// Binary elementwise ops (PyTorch names in `Tensor` methods).
