@@ -348,7 +348,7 @@ impl Attention {
         let k = rope.apply(&k.transpose(1, 2)?, pos)?;
         let (keys, values) = cache.append(layer, &k, &v.transpose(1, 2)?)?;
         // Prefill: query i, at position pos + i, sees keys 0..=pos + i (bottom-right).
-        let mask = if t > 1 { Some(causal_mask(t, pos, x.device())?) } else { None };
+        let mask = if t > 1 { Some(Sdpa::causal_mask(t, pos + t, pos, x.device())?) } else { None };
         let o = Sdpa { attn_mask: mask.as_ref(), enable_gqa: true, ..Sdpa::default() };
         let out = q.scaled_dot_product_attention(&keys, &values, &o)?;
         let out = out.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
@@ -363,15 +363,6 @@ impl Attention {
             acc.add_dense(&n.weight);
         }
     }
-}
-
-/// `[t, pos + t]` additive f32 mask: query `i` (at position `pos + i`) sees keys `0..=pos + i`.
-fn causal_mask(t: usize, pos: usize, device: Device) -> Result<Tensor> {
-    let len = pos + t;
-    let m: Vec<f32> = (0..t)
-        .flat_map(|i| (0..len).map(move |j| if j <= pos + i { 0.0 } else { f32::NEG_INFINITY }))
-        .collect();
-    Tensor::from_vec(m, &[t, len], device)
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ impl Tensor {
         let scale = o.scale.unwrap_or(1.0 / (e as f64).sqrt());
         let bias = match (o.attn_mask, o.is_causal) {
             (Some(m), _) => Some(additive(m)?),
-            (None, true) => Some(causal(l, s, q)?),
+            (None, true) => Some(Sdpa::causal_mask(l, s, 0, q.device())?),
             (None, false) => None,
         };
         // Grouped heads: [..., Hkv·g, L, E] viewed as [..., Hkv, g·L, E].
@@ -141,11 +141,16 @@ fn additive(m: &Tensor) -> Result<Tensor> {
     Tensor::where_cond(m, &zero, &ninf)
 }
 
-/// `[L, S]`: 0 where key `j ≤` query `i`, −inf elsewhere.
-fn causal(l: usize, s: usize, q: &Tensor) -> Result<Tensor> {
-    let m: Vec<f32> =
-        (0..l).flat_map(|i| (0..s).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
-    Tensor::from_vec(m, &[l, s], q.device())
+impl Sdpa<'_> {
+    /// The additive causal mask `[L, S]` (f32): 0 where query `i` may see key `j ≤ i +
+    /// offset`, −inf elsewhere. `is_causal` is offset 0 (top-left); a decoder whose `L` new
+    /// queries follow `offset` cached keys passes it as `attn_mask` (bottom-right).
+    pub fn causal_mask(l: usize, s: usize, offset: usize, device: crate::Device) -> Result<Tensor> {
+        let m: Vec<f32> = (0..l)
+            .flat_map(|i| (0..s).map(move |j| if j <= i + offset { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        Tensor::from_vec(m, &[l, s], device)
+    }
 }
 
 /// `scores` `[..., Hkv, g·L, S]` + `bias` broadcastable to `[..., Hkv·g, L, S]`: both
