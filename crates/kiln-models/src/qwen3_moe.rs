@@ -4,9 +4,10 @@
 //!
 //! The experts' weights are stacked at load: `gate_up` `[E, 2·I, H]` (gate rows, then
 //! up rows) and `down` `[E, H, I]`. Two ways to run them:
-//! - **gathered** (decode: `tokens · top_k ≤ E`): `index_select` the chosen experts'
-//!   weights by the device-side top-k indices and run one batched matmul per
-//!   projection. Routing never leaves the device, so a decode step has no host sync.
+//! - **gathered** (decode: `tokens · top_k ≤ E`): [`Tensor::expert_linear`] multiplies
+//!   each (token, slot) by the expert its device-side top-k index names, one launch per
+//!   projection that streams only the chosen experts' weights. Routing never leaves the
+//!   device, so a decode step has no host sync.
 //! - **grouped** (prompts): the top-k indices are read back once per layer (one host
 //!   sync), the (token, slot) pairs sorted by expert, and each expert with tokens runs
 //!   one matmul over its contiguous group. Gathering weights per token would copy
@@ -20,7 +21,7 @@
 use crate::config::Config;
 use crate::layers::{swiglu, LinearWeight, WeightBytes};
 use crate::loader::WeightSource;
-use kiln::{DType, Error, Result, Tensor};
+use kiln::{DType, Error, Result, Router, Tensor};
 
 /// The experts' weights.
 pub enum Experts {
@@ -104,30 +105,21 @@ impl MoeBlock {
     }
 
     /// Router probabilities (softmax in f32, as transformers computes them) of the top-k
-    /// experts, `[n, k]` in the model dtype, and the experts' indices `[n, k]` (int64).
+    /// experts, `[n, k]` in the model dtype, and the experts' indices `[n, k]` (int64):
+    /// one fused `router_topk` launch after the router's GEMV.
     pub fn route(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
-        let probs = x.linear(&self.router, None)?.to_dtype(DType::F32)?.softmax(-1)?;
-        let (mut w, idx) = probs.topk(self.top_k, -1, true)?;
-        if self.norm_topk_prob {
-            w = w.div(&w.sum(&[-1], true)?)?;
-        }
+        let logits = x.linear(&self.router, None)?;
+        let (w, idx) = logits.router_topk(self.top_k, Router::Softmax, self.norm_topk_prob.then_some(0.0))?;
         Ok((w.to_dtype(x.dtype())?, idx))
     }
 
-    /// Expert outputs `[n, k, H]` by gathering each slot's expert weights (stacked dense
-    /// experts only).
+    /// Expert outputs `[n, k, H]`, each slot against its own expert's weights (stacked
+    /// dense experts only).
     pub fn gathered(&self, x: &Tensor, experts: &Tensor) -> Result<Tensor> {
         let Experts::Stacked { gate_up, down } = &self.experts else {
             return Err(Error::invalid("moe", "per-expert (FP8) experts run grouped, not gathered"));
         };
-        let (n, h) = (x.shape()[0], x.shape()[1]);
-        let k = self.top_k;
-        let flat = experts.reshape(&[n * k])?;
-        let (i2, i) = (gate_up.shape()[1], down.shape()[2]);
-        let gu = gate_up.index_select(0, &flat)?.reshape(&[n, k, i2, h])?;
-        let dn = down.index_select(0, &flat)?.reshape(&[n, k, h, i])?;
-        let a = swiglu(&x.reshape(&[n, 1, 1, h])?.matmul(&gu.transpose(-1, -2)?)?)?;
-        a.matmul(&dn.transpose(-1, -2)?)?.reshape(&[n, k, h])
+        swiglu(&x.expert_linear(gate_up, experts)?)?.expert_linear(down, experts)
     }
 
     /// Expert outputs `[n, k, H]` by running each expert once over its tokens.

@@ -1,5 +1,5 @@
 //! Decode-time `linear` on the GPU (the GEMV kernels of cuda/ops/gemv.rs, and the cuBLAS
-//! path they hand over to) against the CPU backend: odd N and K, 1–8 rows, bias or none,
+//! path they hand over to) and `expert_linear` (their experts kernel) against the CPU backend: odd N and K, 1–8 rows, bias or none,
 //! non-contiguous x / bias / weight views, all three dtypes, and every kernel variant
 //! forced through the override. See `common/mod.rs` for the harness.
 
@@ -7,7 +7,7 @@ mod common;
 
 use common::{e, same, tol_of, Case, Ctx};
 use kiln::cuda::ops::gemv::{self, Variant, TILES};
-use kiln::{DType, Tensor};
+use kiln::{DType, Device, Tensor};
 use std::process::ExitCode;
 
 type Res = std::result::Result<(), String>;
@@ -161,7 +161,95 @@ fn variants(cx: &mut Ctx) -> Res {
     Ok(())
 }
 
+/// Given expert indices `[t, k]` on both devices.
+fn ids_of(cx: &Ctx, v: Vec<i64>, t: usize, k: usize, dt: DType) -> std::result::Result<Pair, String> {
+    let c = Tensor::from_vec(v, &[t, k], Device::Cpu).and_then(|c| c.to_dtype(dt)).map_err(e)?;
+    Ok(Pair { g: c.to_device(cx.gpu).map_err(e)?, c })
+}
+
+/// Fresh `[t, k]` expert indices in `[0, ne)` (repeats allowed, as top-k over several
+/// tokens gives) of dtype `dt`.
+fn expert_ids(cx: &mut Ctx, t: usize, k: usize, ne: usize, dt: DType) -> std::result::Result<Pair, String> {
+    cx.seed += 1;
+    let v = (0..t * k).map(|i| ((cx.seed as usize * 7919 + i * 104729) % ne) as i64).collect();
+    ids_of(cx, v, t, k, dt)
+}
+
+/// `x.expert_linear(w, ids)` on both devices, compared.
+fn check_experts(name: &str, x: &Pair, w: &Pair, ids: &Pair) -> Res {
+    let gpu = x.g.expert_linear(&w.g, &ids.g).map_err(|er| format!("{name}: {er}"))?;
+    let cpu = x.c.expert_linear(&w.c, &ids.c).map_err(|er| format!("{name}: {er}"))?;
+    same(name, &gpu, &cpu, tol(x.c.dtype()))
+}
+
+/// The experts kernel (MoE decode): odd N and K, x a row per token or per slot, strided
+/// x, int32 / strided / negative indices, every tile forced, the composed path for weights
+/// it declines, and a zero row for an index out of range.
+fn experts(cx: &mut Ctx) -> Res {
+    let narrow = |t: &Tensor, s: usize| t.narrow(1, s, 1).map_err(e);
+    for dt in DTYPES {
+        for (ne, n, k) in [(5, 37, 1000), (3, 130, 4096), (4, 7, 4097), (16, 192, 256)] {
+            let w = Pair::new(cx, &[ne, n, k], dt)?;
+            for (t, slots) in [(1, 1), (1, 4), (3, 2), (2, 8)] {
+                let ids = expert_ids(cx, t, slots, ne, DType::I64)?;
+                let name = |what: &str| format!("{dt} {t}x{slots} of [{ne}, {n}, {k}] {what}");
+                check_experts(&name("x [T, K]"), &Pair::new(cx, &[t, k], dt)?, &w, &ids)?;
+                check_experts(&name("x [T, k, K]"), &Pair::new(cx, &[t, slots, k], dt)?, &w, &ids)?;
+                let xt = Pair::new(cx, &[k, t], dt)?.map(|x| x.t())?;
+                check_experts(&name("x transposed"), &xt, &w, &ids)?;
+                let i32s = expert_ids(cx, t, slots, ne, DType::I32)?;
+                check_experts(&name("int32 ids"), &Pair::new(cx, &[t, k], dt)?, &w, &i32s)?;
+            }
+        }
+        let (ne, n, k) = (6, 33, 129);
+        let w = Pair::new(cx, &[ne, n, k], dt)?;
+        let x = Pair::new(cx, &[2, k], dt)?;
+        let wide = expert_ids(cx, 3, 4, ne, DType::I64)?;
+        let strided = wide.map(|t| t.slice(0, 0, 3, 2)?.narrow(1, 1, 3))?;
+        check_experts(&format!("{dt} strided ids"), &x, &w, &strided)?;
+        let neg = ids_of(cx, vec![-1, 2, -6, 0], 2, 2, DType::I64)?;
+        check_experts(&format!("{dt} negative ids"), &x, &w, &neg)?;
+        let ws = Pair::new(cx, &[ne, n, k + 5], dt)?.map(|t| t.narrow(2, 2, k))?;
+        if gemv::experts_declines(6, ws.g.layout(), dt).is_none() {
+            return Err("strided weights must take the composed path".into());
+        }
+        check_experts(
+            &format!("{dt} strided weights (composed)"),
+            &x,
+            &ws,
+            &expert_ids(cx, 2, 3, ne, DType::I64)?,
+        )?;
+        // Slot 1 names expert `ne`: a zero row on the GPU (the CPU refuses it); slots 0 and
+        // 2 are as without it.
+        let bad = ids_of(cx, vec![1, ne as i64, 0], 1, 3, DType::I64)?;
+        let good = ids_of(cx, vec![1, 0], 1, 2, DType::I64)?;
+        let x1 = Pair::new(cx, &[1, k], dt)?;
+        let got = x1.g.expert_linear(&w.g, &bad.g).map_err(e)?;
+        let cpu = x1.c.expert_linear(&w.c, &good.c).map_err(e)?;
+        same(&format!("{dt} slot 0 beside a bad one"), &narrow(&got, 0)?, &narrow(&cpu, 0)?, tol(dt))?;
+        same(&format!("{dt} slot 2 beside a bad one"), &narrow(&got, 2)?, &narrow(&cpu, 1)?, tol(dt))?;
+        let zero = Tensor::zeros(&[1, 1, n], dt, Device::Cpu).map_err(e)?;
+        same(&format!("{dt} out-of-range slot"), &narrow(&got, 1)?, &zero, 0.0)?;
+    }
+    // Every compiled tile under a few layouts.
+    let (ne, n, k) = (4, 37, 1000);
+    let w = Pair::new(cx, &[ne, n, k], DType::BF16)?;
+    let x = Pair::new(cx, &[2, k], DType::BF16)?;
+    let ids = expert_ids(cx, 2, 3, ne, DType::I64)?;
+    let cpu = x.c.expert_linear(&w.c, &ids.c).map_err(e)?;
+    for &(vec, rows, unroll) in TILES {
+        for (split, warps) in [(1, 4), (3, 6), (16, 16)] {
+            let v = Variant::new(vec, rows, unroll, split, warps);
+            let _forced = gemv::force(v);
+            let gpu = x.g.expert_linear(&w.g, &ids.g).map_err(|er| format!("experts {v}: {er}"))?;
+            same(&format!("experts {v}"), &gpu, &cpu, tol(DType::BF16))?;
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    let cases: &[Case] = &[("shapes", shapes), ("views", views), ("variants", variants)];
+    let cases: &[Case] =
+        &[("shapes", shapes), ("views", views), ("variants", variants), ("experts", experts)];
     common::run("gpu_linear", cases)
 }

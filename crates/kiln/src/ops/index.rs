@@ -9,7 +9,7 @@ use crate::layout::normalize_dim;
 use crate::storage::Storage;
 use crate::{DType, Tensor};
 
-fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
+pub(super) fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
     if !t.dtype.is_int() {
         return Err(Error::DTypeNotSupported { op, got: t.dtype, expected: "an integer index dtype" });
     }
@@ -17,7 +17,7 @@ fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
 }
 
 /// Host copy of CPU indices, negative ones wrapped, each checked against `size`.
-fn host_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
+pub(super) fn host_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
     let g = idx.read();
     let Storage::Cpu(b) = &*g else { unreachable!("only called for CPU tensors") };
     cpu::index::indices_as_i64(b, &idx.layout, idx.dtype)

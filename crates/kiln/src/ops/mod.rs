@@ -7,6 +7,7 @@ mod cast;
 mod conv;
 mod create;
 mod elementwise;
+mod experts;
 mod histogram;
 mod index;
 mod loss;

@@ -149,15 +149,44 @@ __device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bi
     }
 }
 
-// gemv_<dtype>_b<VB>_r<R>_u<U>_m<MM>; cuda/ops/gemv.rs lists the same tiles (TILES).
+// Mixture-of-experts decode: slot s = blockIdx.y multiplies x row s / per_row (xs apart)
+// by expert experts[s] of the stacked weights [E, N, K] into out[s, :N]. The expert is read
+// on the device, so routing needs no host sync, and only the chosen experts' weights are
+// streamed (no gathered copy). An index outside [-E, E) yields a zero row, as index_select
+// reads it on the GPU.
+template <typename T, int VB, int R, int U>
+__device__ __forceinline__ void gemv_experts(const T* x, i64 xs, int per_row, const T* w, const i64* experts,
+                                             int E, T* out, int N, int K, int G) {
+    const int s = blockIdx.y;
+    i64 e = experts[s];
+    if (e < 0) e += E;
+    T* o = out + (i64)s * N;
+    if (e < 0 || e >= E) {
+        const int rows = (int)(blockDim.x >> 5) / G * R, n0 = blockIdx.x * rows;
+        for (int i = threadIdx.x; i < rows && n0 + i < N; i += blockDim.x) o[n0 + i] = down<T>(0.f);
+        return;
+    }
+    gemv<T, VB, R, U, 1>(x + (i64)(s / per_row) * xs, xs, w + e * N * (i64)K, nullptr, 0, o, 1, N, K, G);
+}
+
+// gemv_<dtype>_b<VB>_r<R>_u<U>_m<MM> and gemv_experts_<dtype>_b<VB>_r<R>_u<U>;
+// cuda/ops/gemv.rs lists the same tiles (TILES).
 #define KILN_GEMV(S, T, VB, R, U, MM)                                                              \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
         gemv_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,       \
                                                i64 bs, T* out, int M, int N, int K, int G) {        \
         gemv<T, VB, R, U, MM>(x, xs, w, bias, bs, out, M, N, K, G);                               \
     }
-#define KILN_GEMV_TILE(S, T, VB, R, U) \
-    KILN_GEMV(S, T, VB, R, U, 1) KILN_GEMV(S, T, VB, R, U, 2) KILN_GEMV(S, T, VB, R, U, 4) KILN_GEMV(S, T, VB, R, U, 8)
+#define KILN_GEMV_EXPERTS(S, T, VB, R, U)                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
+        gemv_experts_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, int per_row, const T* w,         \
+                                               const i64* experts, int E, T* out, int N, int K,     \
+                                               int G) {                                             \
+        gemv_experts<T, VB, R, U>(x, xs, per_row, w, experts, E, out, N, K, G);                    \
+    }
+#define KILN_GEMV_TILE(S, T, VB, R, U)                                                             \
+    KILN_GEMV(S, T, VB, R, U, 1) KILN_GEMV(S, T, VB, R, U, 2) KILN_GEMV(S, T, VB, R, U, 4)         \
+    KILN_GEMV(S, T, VB, R, U, 8) KILN_GEMV_EXPERTS(S, T, VB, R, U)
 #define KILN_GEMV_TILES(S, T)                                                                      \
     KILN_GEMV_TILE(S, T, 16, 1, 4) KILN_GEMV_TILE(S, T, 16, 1, 8) KILN_GEMV_TILE(S, T, 16, 2, 4)   \
     KILN_GEMV_TILE(S, T, 16, 4, 2) KILN_GEMV_TILE(S, T, 8, 1, 4) KILN_GEMV_TILE(S, T, 4, 1, 4)

@@ -1,6 +1,7 @@
 //! Decode-time `linear`: 1–8 rows of x against a contiguous row-major weight [N, K], bias
-//! fused (`kernels/gemv.cu`, whose header gives the floor). [`TABLE`] is the one place
-//! that picks a kernel variant per shape.
+//! fused (`kernels/gemv.cu`, whose header gives the floor), and `expert_linear`'s experts
+//! kernel, the same GEMV with one weight per slot picked from stacked experts on the
+//! device. [`TABLE`] is the one place that picks a kernel variant per shape.
 //!
 //! Tuning: `KILN_GEMV_VARIANT=b16_r2_u4_g1_w4` (or [`force`]) forces one variant on
 //! every call; `kiln bench --suite linear` prints the variant each shape ran with, and with
@@ -216,6 +217,45 @@ fn rows_of(xl: &Layout, k: usize) -> Option<(usize, usize)> {
     }
 }
 
+/// The load width for a weight at `wp` with rows of K elements: the chosen tile, or the
+/// narrow-load tile when alignment forbids its load width.
+fn fit(chosen: Variant, wp: u64, k: usize, size: usize) -> Variant {
+    let vec = widest(size, |v| wp.is_multiple_of(v) && ((k * size) as u64).is_multiple_of(v))
+        .min(chosen.vec)
+        .max(size as u8);
+    if vec == chosen.vec {
+        chosen
+    } else {
+        Variant { vec, rows: 1, unroll: 4, ..chosen }
+    }
+}
+
+/// x [..., K] as `rows` rows that variant `v` can load: (a contiguous copy when the view is
+/// not rows of K aligned elements, which x is tiny enough for; first row, row stride).
+fn x_rows(
+    x: &DeviceBuffer,
+    xl: &Layout,
+    k: usize,
+    rows: usize,
+    v: Variant,
+    dt: DType,
+) -> Result<(Option<DeviceBuffer>, u64, i64)> {
+    let size = dt.size();
+    let aligned = |p: u64, stride: usize| {
+        p.is_multiple_of(v.vec as u64) && (rows == 1 || (stride * size).is_multiple_of(v.vec as usize))
+    };
+    let direct =
+        rows_of(xl, k).map(|(off, s)| (x.ptr() + (off * size) as u64, s)).filter(|&(p, s)| aligned(p, s));
+    Ok(match direct {
+        Some((p, s)) => (None, p, s as i64),
+        None => {
+            let c = copy::cast(x, xl, dt, dt)?;
+            let p = c.ptr();
+            (Some(c), p, k as i64)
+        }
+    })
+}
+
 /// `x` [..., K] (any layout) · `w` [N, K]ᵀ (+ `bias` [N], any stride) → [rows, N], where
 /// [`declines`] said yes.
 pub fn linear(
@@ -231,26 +271,8 @@ pub fn linear(
     let rows = xl.numel() / k;
     let out = dev.alloc(rows * n * size)?;
     let wp = w.ptr() + (wl.offset * size) as u64;
-    let chosen = choose(rows, n, k)?;
-    let vec = widest(size, |v| wp.is_multiple_of(v) && ((k * size) as u64).is_multiple_of(v))
-        .min(chosen.vec)
-        .max(size as u8);
-    // The chosen tile, or the narrow-load tile when alignment forbids its load width.
-    let v = if vec == chosen.vec { chosen } else { Variant { vec, rows: 1, unroll: 4, ..chosen } };
-    // x is tiny: a view that is not rows of K aligned elements is copied.
-    let aligned = |p: u64, stride: usize| {
-        p.is_multiple_of(vec as u64) && (rows == 1 || (stride * size).is_multiple_of(vec as usize))
-    };
-    let direct =
-        rows_of(xl, k).map(|(off, s)| (x.ptr() + (off * size) as u64, s)).filter(|&(p, s)| aligned(p, s));
-    let (x_copy, (xp, xs)) = match direct {
-        Some(d) => (None, d),
-        None => {
-            let c = copy::cast(x, xl, dt, dt)?;
-            let p = c.ptr();
-            (Some(c), (p, k))
-        }
-    };
+    let v = fit(choose(rows, n, k)?, wp, k, size);
+    let (x_copy, xp, xs) = x_rows(x, xl, k, rows, v, dt)?;
     let name = format!(
         "gemv_{}_b{}_r{}_u{}_m{}",
         suffix("linear", dt)?,
@@ -262,7 +284,7 @@ pub fn linear(
     let f = dev.function(&GEMV, &name)?;
     let (bp, bs) =
         bias.map_or((0u64, 0i64), |(b, l)| (b.ptr() + (l.offset * size) as u64, l.strides[0] as i64));
-    let (op, xs, m, n32, k32, g) = (out.ptr(), xs as i64, rows as i32, n as i32, k as i32, v.split as i32);
+    let (op, m, n32, k32, g) = (out.ptr(), rows as i32, n as i32, k as i32, v.split as i32);
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(v.rows_per_block()) as u32, 1, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
@@ -275,6 +297,76 @@ pub fn linear(
     // every row start, and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
     unsafe { launch!(dev.stream(), f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
     drop(x_copy);
+    Ok(out)
+}
+
+/// The most expert slots one launch serves (the grid's y extent).
+pub const MAX_SLOTS: usize = 65535;
+
+/// Why `slots` expert products against stacked weights `wl` [E, N, K] take the composed
+/// path (index_select + matmul) instead of the experts kernel (`None`: the kernel).
+pub fn experts_declines(slots: usize, wl: &Layout, dt: DType) -> Option<&'static str> {
+    if !matches!(dt, DType::F32 | DType::F16 | DType::BF16) {
+        Some("dtype other than f32 / f16 / bf16")
+    } else if slots == 0 || slots > MAX_SLOTS {
+        Some("expert slots outside 1..=65535")
+    } else if wl.rank() != 3 || !wl.is_contiguous() {
+        Some("weights are not a contiguous [E, N, K]")
+    } else if wl.shape.iter().any(|&d| d == 0 || d > i32::MAX as usize) {
+        Some("an empty weight, or E, N or K past i32")
+    } else {
+        None
+    }
+}
+
+/// Slot s of `experts` (any integer dtype and layout, `slots` of them) multiplies x row
+/// s / `per_row` (x [rows, K], any layout) by expert `experts[s]` of `w` [E, N, K] →
+/// [slots, N], where [`experts_declines`] said yes. The variant is the one [`choose`] gives
+/// a single row against all slots' rows (slots · N), the work one launch streams.
+#[allow(clippy::too_many_arguments)]
+pub fn expert_linear(
+    x: &DeviceBuffer,
+    xl: &Layout,
+    per_row: usize,
+    w: &DeviceBuffer,
+    wl: &Layout,
+    experts: &DeviceBuffer,
+    el: &Layout,
+    edt: DType,
+    dt: DType,
+) -> Result<DeviceBuffer> {
+    let dev = dev_of(w)?;
+    let (e, n, k, size) = (wl.shape[0], wl.shape[1], wl.shape[2], dt.size());
+    let slots = el.numel();
+    let out = dev.alloc(slots * n * size)?;
+    let wp = w.ptr() + (wl.offset * size) as u64;
+    let v = fit(choose(1, slots * n, k)?, wp, k, size);
+    let (x_copy, xp, xs) = x_rows(x, xl, k, slots / per_row, v, dt)?;
+    // The kernel reads contiguous int64 indices; the router's top-k already gives them.
+    let idx_copy = if edt != DType::I64 || !el.is_contiguous() {
+        Some(copy::cast(experts, el, edt, DType::I64)?)
+    } else {
+        None
+    };
+    let ip = idx_copy.as_ref().map_or(experts.ptr() + (el.offset * 8) as u64, |c| c.ptr());
+    let f = dev.function(
+        &GEMV,
+        &format!("gemv_experts_{}_b{}_r{}_u{}", suffix("linear", dt)?, v.vec, v.rows, v.unroll),
+    )?;
+    let (op, pr, e32, n32, k32, g) =
+        (out.ptr(), per_row as i32, e as i32, n as i32, k as i32, v.split as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, slots as u32, 1),
+        block_dim: (32 * v.warps as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: x holds slots / per_row rows of K elements `xs` apart from `xp` (view or
+    // contiguous copy, alive until the launch is enqueued); `ip` points at `slots`
+    // contiguous int64; w holds E·N·K contiguous elements from `wp` and the kernel reads
+    // expert e only for e in [0, E) after one wrap; `out` holds slots·N. Alignment and
+    // warps as in `linear`.
+    unsafe { launch!(dev.stream(), f, cfg; xp, xs, pr, wp, ip, e32, op, n32, k32, g)? };
+    drop((x_copy, idx_copy));
     Ok(out)
 }
 
