@@ -14,14 +14,14 @@
 
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
-use kiln_models::config::{Arch, Config, MoeConfig, RopeScaling};
+use kiln_models::config::{Arch, Config, MoeConfig, RopeScaling, RouterConfig, ShortConvConfig};
 use kiln_models::kv_cache::KvCache;
 use kiln_models::sampling::{Sampler, SamplingParams};
 use kiln_models::{Model, Quantize};
 use serde_json::{json, Value};
 use std::time::Instant;
 
-pub const PRESETS: [&str; 3] = ["llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b"];
+pub const PRESETS: [&str; 4] = ["llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "lfm2-8b-a1b"];
 pub const CONTEXTS: [usize; 2] = [512, 4096];
 /// HBM3e bandwidth of the H200 used for the floor (bytes a step must read / bandwidth).
 const BANDWIDTH: f64 = 4.1e12;
@@ -44,6 +44,7 @@ fn base(arch: Arch) -> Config {
         attention_bias: false,
         qk_norm: arch != Arch::Llama,
         moe: None,
+        short_conv: None,
         eos_token_ids: vec![],
         bf16_checkpoint: true,
     }
@@ -80,8 +81,35 @@ pub fn preset(name: &str) -> Result<Config> {
                 norm_topk_prob: true,
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
+                router: RouterConfig::SOFTMAX,
             }),
             ..base(Arch::Qwen3Moe)
+        },
+        // LFM2-8B-A1B: 18 short-conv and 6 attention layers, the first 2 with dense MLPs.
+        "lfm2-8b-a1b" => Config {
+            hidden_size: 2048,
+            intermediate_size: 7168,
+            num_layers: 24,
+            head_dim: 64,
+            vocab_size: 65536,
+            rms_norm_eps: 1e-5,
+            max_position_embeddings: 128000,
+            tie_word_embeddings: true,
+            moe: Some(MoeConfig {
+                num_experts: 32,
+                top_k: 4,
+                intermediate_size: 1792,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: vec![0, 1],
+                router: RouterConfig::LFM2,
+            }),
+            short_conv: Some(ShortConvConfig {
+                kernel: 3,
+                bias: false,
+                layers: (0..24).filter(|i| ![2, 6, 10, 14, 18, 21].contains(i)).collect(),
+            }),
+            ..base(Arch::Lfm2Moe)
         },
         other => {
             return Err(kiln::Error::invalid(
@@ -111,18 +139,28 @@ fn preset_names(preset_name: &str) -> Vec<String> {
 
 /// Bytes one decode step must read at context `ctx`: the weights it uses (the chosen
 /// experts only; one embedding row is negligible) and the cached keys and values, with
-/// `elem` bytes per element, `linear_elem` for the attention, MLP and expert weights
-/// (1 for FP8; their per-row scales are negligible).
+/// `elem` bytes per element, `linear_elem` for the attention, short-conv, MLP and expert
+/// projections (1 for FP8; their per-row scales are negligible). A short-conv layer's
+/// taps and state are negligible too.
 pub fn step_bytes(c: &Config, ctx: usize, elem: usize, linear_elem: usize) -> f64 {
     let (h, d) = (c.hidden_size, c.head_dim);
-    let attn = h * d * (2 * c.num_heads + 2 * c.num_kv_heads);
-    let (router, ffn) = match &c.moe {
-        Some(m) => (m.num_experts * h, m.top_k * 3 * h * m.intermediate_size),
-        None => (0, 3 * h * c.intermediate_size),
-    };
-    let kv = 2 * c.num_kv_heads * d * ctx;
-    let dense = c.num_layers * (router + kv) + c.vocab_size * h;
-    (dense * elem + c.num_layers * (attn + ffn) * linear_elem) as f64
+    let (mut dense, mut linear) = (c.vocab_size * h, 0);
+    for i in 0..c.num_layers {
+        if c.is_conv_layer(i) {
+            linear += 4 * h * h; // in_proj [3H, H], out_proj [H, H]
+        } else {
+            linear += h * d * (2 * c.num_heads + 2 * c.num_kv_heads);
+            dense += 2 * c.num_kv_heads * d * ctx;
+        }
+        match &c.moe {
+            Some(m) if c.is_moe_layer(i) => {
+                dense += m.num_experts * h;
+                linear += m.top_k * 3 * h * m.intermediate_size;
+            }
+            _ => linear += 3 * h * c.intermediate_size,
+        }
+    }
+    (dense * elem + linear * linear_elem) as f64
 }
 
 /// Decode tokens/s of `config` on `device` at each context, `steps` timed steps each,
@@ -301,6 +339,11 @@ mod tests {
                 m.top_k = 2;
                 m.intermediate_size = 16;
             }
+            // LFM2: layer 0 short conv with a dense MLP, layer 1 attention with experts.
+            if let Some(sc) = &mut c.short_conv {
+                sc.layers = vec![0];
+                c.moe.as_mut().unwrap().mlp_only_layers = vec![0];
+            }
             let v = run_config(c, q, Device::Cpu, &[8, 20], 2).unwrap();
             assert_eq!(v["decode"].as_array().unwrap().len(), 2, "{name}");
             assert!(v["decode"][1]["tokens_per_s"].as_f64().unwrap() > 0.0);
@@ -318,5 +361,8 @@ mod tests {
         assert!((14e9..17e9).contains(&b), "{b}");
         let b8 = step_bytes(&preset("llama-3.1-8b").unwrap(), 0, 2, 1);
         assert!((7.5e9..9e9).contains(&b8), "{b8}");
+        // LFM2-8B-A1B has ~1.5 B active parameters a token: ~3.1 GB in bf16.
+        let lfm = step_bytes(&preset("lfm2-8b-a1b").unwrap(), 0, 2, 2);
+        assert!((2.9e9..3.3e9).contains(&lfm), "{lfm}");
     }
 }

@@ -36,7 +36,7 @@ enum Cmd {
         /// cpu, cuda, cuda:N or auto.
         #[arg(long, default_value = "auto")]
         device: String,
-        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b or all
+        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, lfm2-8b-a1b or all
         /// (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear weights).
         #[arg(long, default_value = "llama-3.1-8b")]
         preset: String,
@@ -57,7 +57,7 @@ enum Cmd {
         #[arg(long)]
         peer: Option<String>,
     },
-    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe).
+    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe, lfm2_moe).
     Generate(GenerateArgs),
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {

@@ -13,19 +13,68 @@ pub enum Arch {
     Llama,
     Qwen3,
     Qwen3Moe,
+    /// LFM2-MoE: gated short-convolution layers among the attention layers, sigmoid routing
+    /// with an expert bias.
+    Lfm2Moe,
 }
 
 impl Arch {
-    pub const SUPPORTED: &'static str = "llama, qwen3, qwen3_moe";
+    pub const SUPPORTED: &'static str = "llama, qwen3, qwen3_moe, lfm2_moe";
 
     fn from_model_type(t: &str) -> Option<Arch> {
         Some(match t {
             "llama" => Arch::Llama,
             "qwen3" => Arch::Qwen3,
             "qwen3_moe" => Arch::Qwen3Moe,
+            "lfm2_moe" => Arch::Lfm2Moe,
             _ => return None,
         })
     }
+
+    /// Where this family keeps its weights in a checkpoint.
+    pub fn names(self) -> &'static WeightNames {
+        const LLAMA: WeightNames = WeightNames {
+            input_norm: "input_layernorm",
+            post_norm: "post_attention_layernorm",
+            ffn: "mlp",
+            mlp: ["gate_proj", "up_proj", "down_proj"],
+            attn_out: "o_proj",
+            qk_norm: ["q_norm", "k_norm"],
+            final_norm: "model.norm",
+        };
+        const LFM2: WeightNames = WeightNames {
+            input_norm: "operator_norm",
+            post_norm: "ffn_norm",
+            ffn: "feed_forward",
+            mlp: ["w1", "w3", "w2"],
+            attn_out: "out_proj",
+            qk_norm: ["q_layernorm", "k_layernorm"],
+            final_norm: "model.embedding_norm",
+        };
+        match self {
+            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe => &LLAMA,
+            Arch::Lfm2Moe => &LFM2,
+        }
+    }
+}
+
+/// The names a family gives its per-layer weights (under `model.layers.{i}.`), where the
+/// families share a structure: pre-norm mixer (attention or short conv) and feed-forward
+/// blocks, each added to the residual stream.
+#[derive(Debug, PartialEq, Eq)]
+pub struct WeightNames {
+    /// The norm before the mixer, and the one before the feed-forward block.
+    pub input_norm: &'static str,
+    pub post_norm: &'static str,
+    /// The feed-forward block (dense MLP or MoE).
+    pub ffn: &'static str,
+    /// Gate, up and down projections of an MLP (and of each expert).
+    pub mlp: [&'static str; 3],
+    /// Attention's output projection, and its query / key head norms.
+    pub attn_out: &'static str,
+    pub qk_norm: [&'static str; 2],
+    /// The norm after the last layer (a full name).
+    pub final_norm: &'static str,
 }
 
 /// Frequency scaling of the rotary embedding.
@@ -54,6 +103,41 @@ pub struct MoeConfig {
     pub decoder_sparse_step: usize,
     /// ...except these, which keep a dense MLP.
     pub mlp_only_layers: Vec<usize>,
+    pub router: RouterConfig,
+}
+
+/// How a MoE router scores the experts and weights the chosen ones.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouterConfig {
+    /// Sigmoid scores (LFM2) instead of a softmax over the experts (Qwen3-MoE).
+    pub sigmoid: bool,
+    /// A per-expert bias (`{ffn}.expert_bias`) added to the scores to choose the experts,
+    /// not to weight them (LFM2's `use_expert_bias`).
+    pub expert_bias: bool,
+    /// Added to the chosen weights' sum when `norm_topk_prob` renormalises them.
+    pub renorm_eps: f64,
+    /// Multiplies the chosen weights (`routed_scaling_factor`).
+    pub scale: f64,
+}
+
+impl RouterConfig {
+    /// Qwen3-MoE's router.
+    pub const SOFTMAX: RouterConfig =
+        RouterConfig { sigmoid: false, expert_bias: false, renorm_eps: 0.0, scale: 1.0 };
+    /// LFM2-MoE's router with its config's defaults.
+    pub const LFM2: RouterConfig =
+        RouterConfig { sigmoid: true, expert_bias: true, renorm_eps: 1e-6, scale: 1.0 };
+}
+
+/// LFM2's gated short convolution, the mixer of the layers `layers` names (the others
+/// run attention).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShortConvConfig {
+    /// Taps of the causal depthwise convolution (`conv_L_cache`).
+    pub kernel: usize,
+    /// Biases on the convolution and its in / out projections (`conv_bias`).
+    pub bias: bool,
+    pub layers: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +161,8 @@ pub struct Config {
     /// RMS norm of each query and key head (Qwen3).
     pub qk_norm: bool,
     pub moe: Option<MoeConfig>,
+    /// Short-convolution layers (LFM2); `None`: every layer runs attention.
+    pub short_conv: Option<ShortConvConfig>,
     /// `eos_token_id` of config.json (generation_config.json's takes precedence).
     pub eos_token_ids: Vec<u32>,
     /// The checkpoint is stored in bf16 (`dtype` / `torch_dtype`). transformers then keeps
@@ -114,8 +200,9 @@ struct RawConfig {
     rope_scaling: Option<RawRope>,
     rope_parameters: Option<RawRope>,
     max_position_embeddings: Option<usize>,
-    #[serde(default)]
-    tie_word_embeddings: bool,
+    tie_word_embeddings: Option<bool>,
+    /// LFM2's older name of `tie_word_embeddings` (it wins, as in transformers).
+    tie_embedding: Option<bool>,
     #[serde(default)]
     attention_bias: bool,
     #[serde(default)]
@@ -127,11 +214,19 @@ struct RawConfig {
     num_local_experts: Option<usize>,
     num_experts_per_tok: Option<usize>,
     moe_intermediate_size: Option<usize>,
-    #[serde(default)]
-    norm_topk_prob: bool,
+    norm_topk_prob: Option<bool>,
     decoder_sparse_step: Option<usize>,
     #[serde(default)]
     mlp_only_layers: Vec<usize>,
+    // LFM2-MoE.
+    norm_eps: Option<f64>,
+    num_dense_layers: Option<usize>,
+    use_expert_bias: Option<bool>,
+    routed_scaling_factor: Option<f64>,
+    layer_types: Option<Vec<String>>,
+    #[serde(rename = "conv_L_cache")]
+    conv_l_cache: Option<usize>,
+    conv_bias: Option<bool>,
     dtype: Option<String>,
     torch_dtype: Option<String>,
     #[serde(default)]
@@ -193,34 +288,75 @@ impl Config {
             },
             other => return Err(format!("rope type {other:?} is not supported (default, llama3)")),
         };
+        let num_layers = req(raw.num_hidden_layers, "num_hidden_layers")?;
+        let lfm2 = arch == Arch::Lfm2Moe;
         let moe = match arch {
-            Arch::Qwen3Moe => Some(MoeConfig {
+            Arch::Qwen3Moe | Arch::Lfm2Moe => Some(MoeConfig {
                 num_experts: req(raw.num_experts.or(raw.num_local_experts), "num_experts")?,
                 top_k: req(raw.num_experts_per_tok, "num_experts_per_tok")?,
                 intermediate_size: req(raw.moe_intermediate_size, "moe_intermediate_size")?,
-                norm_topk_prob: raw.norm_topk_prob,
-                decoder_sparse_step: raw.decoder_sparse_step.unwrap_or(1),
-                mlp_only_layers: raw.mlp_only_layers,
+                // transformers' defaults: False for Qwen3-MoE, True for LFM2-MoE.
+                norm_topk_prob: raw.norm_topk_prob.unwrap_or(lfm2),
+                decoder_sparse_step: if lfm2 { 1 } else { raw.decoder_sparse_step.unwrap_or(1) },
+                mlp_only_layers: if lfm2 {
+                    (0..raw.num_dense_layers.unwrap_or(2)).collect()
+                } else {
+                    raw.mlp_only_layers
+                },
+                router: if lfm2 {
+                    RouterConfig {
+                        expert_bias: raw.use_expert_bias.unwrap_or(true),
+                        scale: raw.routed_scaling_factor.unwrap_or(1.0),
+                        ..RouterConfig::LFM2
+                    }
+                } else {
+                    RouterConfig::SOFTMAX
+                },
             }),
             _ => None,
+        };
+        let short_conv = if lfm2 {
+            let types = req(raw.layer_types, "layer_types")?;
+            if types.len() != num_layers {
+                return Err(format!("{} layer_types for {num_layers} layers", types.len()));
+            }
+            let mut layers = vec![];
+            for (i, t) in types.iter().enumerate() {
+                match t.as_str() {
+                    "conv" => layers.push(i),
+                    "full_attention" => {}
+                    other => {
+                        return Err(format!("layer type {other:?} is not supported (conv, full_attention)"))
+                    }
+                }
+            }
+            Some(ShortConvConfig {
+                kernel: raw.conv_l_cache.unwrap_or(3),
+                bias: raw.conv_bias.unwrap_or(false),
+                layers,
+            })
+        } else {
+            None
         };
         let c = Config {
             arch,
             hidden_size,
             intermediate_size: req(raw.intermediate_size, "intermediate_size")?,
-            num_layers: req(raw.num_hidden_layers, "num_hidden_layers")?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
             vocab_size: req(raw.vocab_size, "vocab_size")?,
-            rms_norm_eps: req(raw.rms_norm_eps, "rms_norm_eps")?,
+            rms_norm_eps: req(raw.rms_norm_eps.or(raw.norm_eps), "rms_norm_eps")?,
             rope_theta,
             rope_scaling,
             max_position_embeddings: req(raw.max_position_embeddings, "max_position_embeddings")?,
-            tie_word_embeddings: raw.tie_word_embeddings,
+            // transformers' default is True for LFM2-MoE only.
+            tie_word_embeddings: raw.tie_embedding.or(raw.tie_word_embeddings).unwrap_or(lfm2),
             attention_bias: raw.attention_bias,
             qk_norm: arch != Arch::Llama,
             moe,
+            short_conv,
             eos_token_ids: token_ids(&raw.eos_token_id),
             bf16_checkpoint: raw.dtype.or(raw.torch_dtype).as_deref() == Some("bfloat16"),
         };
@@ -275,7 +411,20 @@ impl Config {
                 return Err("decoder_sparse_step must be positive".into());
             }
         }
+        if let Some(sc) = &self.short_conv {
+            if sc.kernel == 0 {
+                return Err("conv_L_cache must be positive".into());
+            }
+            if let Some(i) = sc.layers.iter().find(|&&i| i >= self.num_layers) {
+                return Err(format!("short-conv layer {i} of {} layers", self.num_layers));
+            }
+        }
         Ok(())
+    }
+
+    /// Whether layer `i` mixes tokens with a short convolution (else attention).
+    pub fn is_conv_layer(&self, i: usize) -> bool {
+        self.short_conv.as_ref().is_some_and(|s| s.layers.contains(&i))
     }
 
     /// Whether layer `i` has a sparse MoE block (else a dense MLP).
@@ -359,6 +508,18 @@ mod tests {
         let moe = m.moe.as_ref().unwrap();
         assert_eq!((moe.num_experts, moe.top_k, moe.intermediate_size), (8, 2, 32));
         assert!(m.is_moe_layer(0) && m.is_moe_layer(1));
+        assert_eq!(moe.router, RouterConfig::SOFTMAX);
+        assert!(!m.tie_word_embeddings && m.short_conv.is_none() && !m.is_conv_layer(0));
+        let l = Config::load(&root.join("lfm2_moe")).unwrap();
+        let moe = l.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.top_k, moe.intermediate_size), (8, 2, 32));
+        assert_eq!(moe.router, RouterConfig::LFM2);
+        // num_dense_layers = 1; layer_types conv, full_attention, conv, full_attention.
+        assert_eq!((0..4).map(|i| l.is_moe_layer(i)).collect::<Vec<_>>(), [false, true, true, true]);
+        assert_eq!((0..4).map(|i| l.is_conv_layer(i)).collect::<Vec<_>>(), [true, false, true, false]);
+        assert_eq!(l.short_conv.as_ref().unwrap().kernel, 3);
+        assert!(l.tie_word_embeddings && l.qk_norm && l.rms_norm_eps == 1e-5 && l.head_dim == 16);
+        assert_eq!(l.arch.names().final_norm, "model.embedding_norm");
         let err = Config::load(Path::new("/nonexistent")).unwrap_err().to_string();
         assert!(err.contains("config.json"), "{err}");
     }
@@ -380,5 +541,23 @@ mod tests {
         assert!(e.contains("yarn"), "{e}");
         let e = edit("\"vocab_size\": 512", "\"vocab_size\": \"big\"");
         assert!(e.contains("vocab_size") || e.contains("invalid type"), "{e}");
+
+        let text = std::fs::read_to_string(fixtures_dir().join("models/lfm2_moe/config.json")).unwrap();
+        let edit = |from: &str, to: &str| {
+            assert!(text.contains(from), "{from}");
+            Config::from_json(&text.replace(from, to)).unwrap_err()
+        };
+        let e = edit(
+            "\"conv\",\n    \"full_attention\",\n    \"conv\"",
+            "\"conv\",\n    \"sliding_attention\",\n    \"conv\"",
+        );
+        assert!(e.contains("\"sliding_attention\""), "{e}");
+        let e = edit("\"full_attention\",\n    \"conv\",", "");
+        assert!(e.contains("2 layer_types for 4 layers"), "{e}");
+        let e = edit("\"conv_L_cache\": 3", "\"conv_L_cache\": 0");
+        assert!(e.contains("conv_L_cache"), "{e}");
+        // The older `tie_embedding` key wins over `tie_word_embeddings`, as in transformers.
+        let untied = text.replace("\"tie_word_embeddings\": true", "\"tie_embedding\": false");
+        assert!(!Config::from_json(&untied).unwrap().tie_word_embeddings);
     }
 }

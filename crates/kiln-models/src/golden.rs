@@ -9,7 +9,7 @@ use kiln::{DType, Device, Result};
 use std::path::Path;
 
 /// The fixture architectures this crate runs.
-pub const ARCHS: [&str; 3] = ["llama", "qwen3", "qwen3_moe"];
+pub const ARCHS: [&str; 4] = ["llama", "qwen3", "qwen3_moe", "lfm2_moe"];
 
 /// Tolerance on the prefill logits for weights in f32 (the fixtures' reference dtype).
 pub const F32_LOGIT_TOL: f64 = 1e-3;

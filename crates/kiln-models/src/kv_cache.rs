@@ -1,17 +1,19 @@
-//! A KV cache allocated once for the whole sequence: per layer, keys and values of
-//! `[B, kv_heads, capacity, head_dim]`. Each step writes its new rows in place
+//! A KV cache allocated once for the whole sequence: per attention layer, keys and values
+//! of `[B, kv_heads, capacity, head_dim]`. Each step writes its new rows in place
 //! (`copy_` into a narrowed view) and attends over a view of the filled part, so decode
 //! allocates nothing for the cache and never copies what is already there.
+//!
+//! Short-convolution layers (LFM2) keep their state here too: the last `kernel - 1`
+//! inputs of their convolution, `[B, kernel - 1, channels]`, overwritten each step.
 
 use kiln::{DType, Device, Error, Result, Tensor};
 
 pub struct KvCache {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
+    conv: Vec<Tensor>,
     len: usize,
     capacity: usize,
-    /// Layers that have appended at the current step (all must before `len` advances).
-    written: usize,
 }
 
 impl KvCache {
@@ -26,7 +28,20 @@ impl KvCache {
     ) -> Result<Self> {
         let shape = [batch, kv_heads, capacity, head_dim];
         let mk = || (0..layers).map(|_| Tensor::zeros(&shape, dtype, device)).collect::<Result<Vec<_>>>();
-        Ok(KvCache { keys: mk()?, values: mk()?, len: 0, capacity, written: 0 })
+        Ok(KvCache { keys: mk()?, values: mk()?, conv: vec![], len: 0, capacity })
+    }
+
+    /// Adds the states of `layers` short-convolution layers, each `[batch, width, channels]`
+    /// (`width` = the convolution's taps − 1).
+    pub fn with_conv_states(
+        mut self,
+        layers: usize,
+        shape: [usize; 3],
+        dtype: DType,
+        device: Device,
+    ) -> Result<Self> {
+        self.conv = (0..layers).map(|_| Tensor::zeros(&shape, dtype, device)).collect::<Result<_>>()?;
+        Ok(self)
     }
 
     /// Positions already filled.
@@ -45,7 +60,6 @@ impl KvCache {
     /// Forgets the contents (a new sequence reuses the memory).
     pub fn clear(&mut self) {
         self.len = 0;
-        self.written = 0;
     }
 
     /// Pretends positions `0..len` are filled (benchmarks of decode at a given context
@@ -55,15 +69,11 @@ impl KvCache {
             return Err(Error::IndexOutOfRange { op: "kv_cache", index: len as i64, size: self.capacity });
         }
         self.len = len;
-        self.written = 0;
         Ok(())
     }
 
-    /// Writes `k`, `v` `[B, kv_heads, T, D]` at positions `len..len+T` of `layer` and
-    /// returns views of positions `0..len+T`. The length advances once the last layer
-    /// has appended.
-    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let t = k.size(2)?;
+    /// The end of a step of `t` positions `len..len+t`, or an error past the capacity.
+    fn step_end(&self, t: usize) -> Result<usize> {
         let end = self.len + t;
         if end > self.capacity {
             return Err(Error::invalid(
@@ -71,20 +81,45 @@ impl KvCache {
                 format!("{end} positions exceed the cache's capacity of {}", self.capacity),
             ));
         }
+        Ok(end)
+    }
+
+    /// Writes `k`, `v` `[B, kv_heads, T, D]` at positions `len..len+T` of attention layer
+    /// `layer` and returns views of positions `0..len+T`. The length stays until
+    /// [`advance`](KvCache::advance), so every layer of a step sees the same positions.
+    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let t = k.size(2)?;
+        let end = self.step_end(t)?;
         let (kc, vc) = (&self.keys[layer], &self.values[layer]);
         kc.narrow(2, self.len, t)?.copy_(k)?;
         vc.narrow(2, self.len, t)?.copy_(v)?;
-        self.written += 1;
-        let views = (kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?);
-        if self.written == self.keys.len() {
-            self.len = end;
-            self.written = 0;
-        }
-        Ok(views)
+        Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
+    }
+
+    /// The input of short-convolution layer `layer`'s step: its state (zeros at the start
+    /// of a sequence, as the causal padding) followed by `x` `[B, T, C]`, `[B, width + T,
+    /// C]`. The state becomes the window's last `width` rows.
+    pub fn conv_window(&mut self, layer: usize, x: &Tensor) -> Result<Tensor> {
+        self.step_end(x.size(1)?)?;
+        let state = &self.conv[layer];
+        let past = if self.len == 0 {
+            Tensor::zeros(state.shape(), state.dtype(), state.device())?
+        } else {
+            state.clone()
+        };
+        let window = Tensor::cat(&[past, x.clone()], 1)?;
+        state.copy_(&window.narrow(1, x.size(1)?, state.shape()[1])?)?;
+        Ok(window)
+    }
+
+    /// Ends a step of `t` positions: they count as filled from now on.
+    pub fn advance(&mut self, t: usize) -> Result<()> {
+        self.len = self.step_end(t)?;
+        Ok(())
     }
 
     /// Bytes held by the cache.
     pub fn nbytes(&self) -> usize {
-        self.keys.iter().chain(&self.values).map(|t| t.nbytes()).sum()
+        self.keys.iter().chain(&self.values).chain(&self.conv).map(|t| t.nbytes()).sum()
     }
 }

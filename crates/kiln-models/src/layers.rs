@@ -193,10 +193,19 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn load(src: &mut dyn WeightSource, prefix: &str, hidden: usize, inter: usize) -> Result<Self> {
-        let gate = src.linear(&format!("{prefix}.gate_proj"), inter, hidden)?;
-        let up = src.linear(&format!("{prefix}.up_proj"), inter, hidden)?;
-        let down = src.linear(&format!("{prefix}.down_proj"), hidden, inter)?;
+    /// `{prefix}.{gate}`, `{prefix}.{up}` and `{prefix}.{down}` with `names` = [gate, up,
+    /// down] (`WeightNames::mlp`).
+    pub fn load(
+        src: &mut dyn WeightSource,
+        prefix: &str,
+        names: [&str; 3],
+        hidden: usize,
+        inter: usize,
+    ) -> Result<Self> {
+        let [gate, up, down] = names.map(|n| format!("{prefix}.{n}"));
+        let gate = src.linear(&gate, inter, hidden)?;
+        let up = src.linear(&up, inter, hidden)?;
+        let down = src.linear(&down, hidden, inter)?;
         Ok(Mlp { gate_up: LinearWeight::cat_rows(vec![gate, up])?, down })
     }
 
@@ -313,6 +322,7 @@ impl Attention {
     pub fn load(src: &mut dyn WeightSource, prefix: &str, cfg: &Config) -> Result<Self> {
         let (h, d, b) = (cfg.hidden_size, cfg.head_dim, cfg.attention_bias);
         let (qd, kvd) = (cfg.num_heads * d, cfg.num_kv_heads * d);
+        let names = cfg.arch.names();
         let norm = |src: &mut dyn WeightSource, n: &str| -> Result<Option<RmsNorm>> {
             cfg.qk_norm
                 .then(|| RmsNorm::load(src, &format!("{prefix}.{n}.weight"), d, cfg.rms_norm_eps))
@@ -322,17 +332,17 @@ impl Attention {
             q: Linear::load(src, &format!("{prefix}.q_proj"), qd, h, b)?,
             k: Linear::load(src, &format!("{prefix}.k_proj"), kvd, h, b)?,
             v: Linear::load(src, &format!("{prefix}.v_proj"), kvd, h, b)?,
-            o: Linear::load(src, &format!("{prefix}.o_proj"), h, qd, b)?,
-            q_norm: norm(src, "q_norm")?,
-            k_norm: norm(src, "k_norm")?,
+            o: Linear::load(src, &format!("{prefix}.{}", names.attn_out), h, qd, b)?,
+            q_norm: norm(src, names.qk_norm[0])?,
+            k_norm: norm(src, names.qk_norm[1])?,
             heads: cfg.num_heads,
             kv_heads: cfg.num_kv_heads,
             head_dim: d,
         })
     }
 
-    /// `x` `[B, T, H]` at positions `cache.len()..+T` of layer `layer`; appends this
-    /// step's keys and values to the cache.
+    /// `x` `[B, T, H]` at positions `cache.len()..+T`; appends this step's keys and values
+    /// to the cache's attention layer `layer`.
     pub fn forward(&self, x: &Tensor, rope: &Rope, cache: &mut KvCache, layer: usize) -> Result<Tensor> {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hq, hkv, d) = (self.heads, self.kv_heads, self.head_dim);

@@ -1,5 +1,5 @@
 //! Model families built on kiln tensors: Hugging Face checkpoint loading (config,
-//! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE decoders, a
+//! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE / LFM2-MoE decoders, a
 //! pre-allocated KV cache, on-device sampling and the generate loop.
 
 pub mod chat;
@@ -12,6 +12,7 @@ pub mod llama;
 pub mod loader;
 pub mod qwen3_moe;
 pub mod sampling;
+pub mod short_conv;
 pub mod tokenizer;
 
 pub use config::{Arch, Config, GenerationConfig};

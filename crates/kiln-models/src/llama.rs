@@ -1,7 +1,9 @@
-//! The decoder shared by Llama, Qwen3 and Qwen3-MoE: embedding, N × (RMS norm →
-//! attention → residual, RMS norm → MLP or MoE → residual), final norm, LM head. Qwen3
-//! adds the q/k head norms (in `layers::Attention`), Qwen3-MoE swaps the MLP for a
-//! routed expert block (`qwen3_moe`).
+//! The decoder shared by Llama, Qwen3, Qwen3-MoE and LFM2-MoE: embedding, N × (RMS norm →
+//! mixer → residual, RMS norm → MLP or MoE → residual), final norm, LM head. The mixer is
+//! attention, or LFM2's gated short convolution (`short_conv`) in its conv layers. Qwen3
+//! and LFM2 add the q/k head norms (in `layers::Attention`); Qwen3-MoE and LFM2-MoE swap
+//! the MLP for a routed expert block (`qwen3_moe`). The families' weight names differ
+//! (`config::WeightNames`).
 //!
 //! Linear layers (attention projections, MLPs, experts) hold dense or FP8 weights
 //! (`layers::LinearWeight`): FP8 when the checkpoint stores them so (Hugging Face FP8
@@ -13,6 +15,7 @@ use crate::kv_cache::KvCache;
 use crate::layers::{Attention, Mlp, RmsNorm, Rope, WeightBytes};
 use crate::loader::{CheckpointSource, Quantize, RandomSource, WeightSource};
 use crate::qwen3_moe::MoeBlock;
+use crate::short_conv::ShortConv;
 use kiln::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
 
@@ -27,9 +30,19 @@ pub enum Ffn {
     Moe(MoeBlock),
 }
 
+/// How a layer mixes information across positions.
+// One per layer, as `Ffn`: the handles' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Mixer {
+    Attention(Attention),
+    ShortConv(ShortConv),
+}
+
 pub struct Layer {
     input_norm: RmsNorm,
-    attn: Attention,
+    mixer: Mixer,
+    /// The layer's index among the layers of its mixer kind: its place in the cache.
+    slot: usize,
     post_norm: RmsNorm,
     ffn: Ffn,
 }
@@ -82,24 +95,31 @@ impl Model {
 
     pub fn build(config: Config, src: &mut dyn WeightSource) -> Result<Model> {
         let c = &config;
-        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
+        let (h, eps, names) = (c.hidden_size, c.rms_norm_eps, c.arch.names());
         let embed = src.get("model.embed_tokens.weight", &[c.vocab_size, h])?;
         let layers = (0..c.num_layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
+                let ffn = format!("{p}.{}", names.ffn);
+                let conv = c.is_conv_layer(i);
                 Ok(Layer {
-                    input_norm: RmsNorm::load(src, &format!("{p}.input_layernorm.weight"), h, eps)?,
-                    attn: Attention::load(src, &format!("{p}.self_attn"), c)?,
-                    post_norm: RmsNorm::load(src, &format!("{p}.post_attention_layernorm.weight"), h, eps)?,
-                    ffn: if c.is_moe_layer(i) {
-                        Ffn::Moe(MoeBlock::load(src, &format!("{p}.mlp"), c)?)
+                    input_norm: RmsNorm::load(src, &format!("{p}.{}.weight", names.input_norm), h, eps)?,
+                    mixer: if conv {
+                        Mixer::ShortConv(ShortConv::load(src, &format!("{p}.conv"), c)?)
                     } else {
-                        Ffn::Dense(Mlp::load(src, &format!("{p}.mlp"), h, c.intermediate_size)?)
+                        Mixer::Attention(Attention::load(src, &format!("{p}.self_attn"), c)?)
+                    },
+                    slot: (0..i).filter(|&j| c.is_conv_layer(j) == conv).count(),
+                    post_norm: RmsNorm::load(src, &format!("{p}.{}.weight", names.post_norm), h, eps)?,
+                    ffn: if c.is_moe_layer(i) {
+                        Ffn::Moe(MoeBlock::load(src, &ffn, c)?)
+                    } else {
+                        Ffn::Dense(Mlp::load(src, &ffn, names.mlp, h, c.intermediate_size)?)
                     },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let norm = RmsNorm::load(src, "model.norm.weight", h, eps)?;
+        let norm = RmsNorm::load(src, &format!("{}.weight", names.final_norm), h, eps)?;
         let lm_head = if c.tie_word_embeddings {
             embed.clone()
         } else {
@@ -118,7 +138,8 @@ impl Model {
         self.embed.dtype()
     }
 
-    /// An empty cache for `batch` sequences of up to `capacity` positions.
+    /// An empty cache for `batch` sequences of up to `capacity` positions: keys and values
+    /// of the attention layers, states of the short-conv layers.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         if capacity > self.rope.positions() {
             return Err(Error::invalid(
@@ -127,7 +148,23 @@ impl Model {
             ));
         }
         let c = &self.config;
-        KvCache::new(c.num_layers, batch, c.num_kv_heads, capacity, c.head_dim, self.dtype(), self.device())
+        let (dtype, device) = (self.dtype(), self.device());
+        let convs: Vec<&ShortConv> = self
+            .layers
+            .iter()
+            .filter_map(|l| match &l.mixer {
+                Mixer::ShortConv(s) => Some(s),
+                Mixer::Attention(_) => None,
+            })
+            .collect();
+        let attn = self.layers.len() - convs.len();
+        let cache = KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?;
+        match convs.first() {
+            Some(s) => {
+                cache.with_conv_states(convs.len(), [batch, s.kernel() - 1, c.hidden_size], dtype, device)
+            }
+            None => Ok(cache),
+        }
     }
 
     /// Hidden states after the final norm, `[B, T, H]`, of token ids `[B, T]` placed
@@ -139,8 +176,12 @@ impl Model {
         };
         let mut x =
             self.embed.index_select(0, &ids.reshape(&[b * t])?)?.reshape(&[b, t, self.config.hidden_size])?;
-        for (i, l) in self.layers.iter().enumerate() {
-            let a = l.attn.forward(&l.input_norm.forward(&x)?, &self.rope, cache, i)?;
+        for l in &self.layers {
+            let h = l.input_norm.forward(&x)?;
+            let a = match &l.mixer {
+                Mixer::Attention(a) => a.forward(&h, &self.rope, cache, l.slot)?,
+                Mixer::ShortConv(s) => s.forward(&h, cache, l.slot)?,
+            };
             x = x.add(&a)?;
             let h = l.post_norm.forward(&x)?;
             let f = match &l.ffn {
@@ -149,6 +190,7 @@ impl Model {
             };
             x = x.add(&f)?;
         }
+        cache.advance(t)?;
         self.norm.forward(&x)
     }
 
@@ -181,10 +223,47 @@ impl Layer {
     fn weight_bytes(&self, acc: &mut WeightBytes) {
         acc.add_dense(&self.input_norm.weight);
         acc.add_dense(&self.post_norm.weight);
-        self.attn.weight_bytes(acc);
+        match &self.mixer {
+            Mixer::Attention(a) => a.weight_bytes(acc),
+            Mixer::ShortConv(s) => s.weight_bytes(acc),
+        }
         match &self.ffn {
             Ffn::Dense(m) => m.weight_bytes(acc),
             Ffn::Moe(m) => m.weight_bytes(acc),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::fixtures_dir;
+
+    /// A prompt in two steps, then one token at a time, gives the logits of one whole
+    /// prefill, for every fixture family: the KV cache and the short-conv states carry
+    /// over steps, and a cleared cache starts afresh.
+    #[test]
+    fn stepwise_forward_equals_one_prefill() {
+        for arch in crate::golden::ARCHS {
+            let dir = fixtures_dir().join("models").join(arch);
+            let model = Model::load(&dir, Device::Cpu, DType::F32).unwrap();
+            let golden = kiln::io::safetensors::load(dir.join("golden.safetensors"), Device::Cpu).unwrap();
+            let ids = &golden["input_ids"];
+            let t = ids.shape()[1];
+            let mut cache = model.new_cache(1, t).unwrap();
+            let whole = model.logits(&model.forward(ids, &mut cache).unwrap()).unwrap();
+            assert_eq!(cache.len(), t);
+            cache.clear();
+            let mut parts = vec![model.forward(&ids.narrow(1, 0, 5).unwrap(), &mut cache).unwrap()];
+            for s in 5..t {
+                parts.push(model.forward(&ids.narrow(1, s, 1).unwrap(), &mut cache).unwrap());
+            }
+            let stepped = model.logits(&Tensor::cat(&parts, 1).unwrap()).unwrap();
+            let worst = whole.sub(&stepped).unwrap().abs().unwrap().max(&[], false).unwrap().item().unwrap();
+            println!("{arch}: stepwise vs one prefill max |Δlogit| {worst:.3e}");
+            assert!(worst < 1e-4, "{arch}: max |Δlogit| {worst}");
+            let past = model.forward(&ids.narrow(1, 0, 1).unwrap(), &mut cache);
+            assert!(past.is_err(), "{arch}: a step past the capacity must fail");
         }
     }
 }

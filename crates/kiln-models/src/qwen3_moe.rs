@@ -1,6 +1,8 @@
-//! Qwen3-MoE's sparse block: a softmax router picks `top_k` of `E` expert MLPs per
-//! token (probabilities renormalised over the chosen ones with `norm_topk_prob`), and
-//! the token's output is the probability-weighted sum of those experts' outputs.
+//! The sparse block of Qwen3-MoE and LFM2-MoE: a router picks `top_k` of `E` expert MLPs
+//! per token, and the token's output is the weighted sum of those experts' outputs.
+//! Qwen3-MoE's router takes a softmax over the experts; LFM2-MoE's takes sigmoid scores
+//! and chooses by score + a per-expert bias, weighting by the unbiased scores
+//! (`config::RouterConfig`). Either renormalises the chosen weights with `norm_topk_prob`.
 //!
 //! The experts' weights are stacked at load: `gate_up` `[E, 2·I, H]` (gate rows, then
 //! up rows) and `down` `[E, H, I]`. Two ways to run them:
@@ -18,7 +20,7 @@
 //! takes one weight, so there is no batched gather): one host sync per MoE layer per step,
 //! also when decoding. The router stays dense.
 
-use crate::config::Config;
+use crate::config::{Config, RouterConfig};
 use crate::layers::{swiglu, LinearWeight, WeightBytes};
 use crate::loader::WeightSource;
 use kiln::{DType, Error, Result, Router, Tensor};
@@ -33,9 +35,12 @@ pub enum Experts {
 
 pub struct MoeBlock {
     router: Tensor,
+    /// `{prefix}.expert_bias` `[E]` (f32), with `RouterConfig::expert_bias`.
+    expert_bias: Option<Tensor>,
     experts: Experts,
     top_k: usize,
     norm_topk_prob: bool,
+    routing: RouterConfig,
 }
 
 impl MoeBlock {
@@ -43,13 +48,18 @@ impl MoeBlock {
         let m = cfg.moe.as_ref().ok_or_else(|| Error::invalid("moe", "the config has no MoE section"))?;
         let (h, i, e) = (cfg.hidden_size, m.intermediate_size, m.num_experts);
         let router = src.get(&format!("{prefix}.gate.weight"), &[e, h])?;
+        let expert_bias = if m.router.expert_bias {
+            Some(src.get(&format!("{prefix}.expert_bias"), &[e])?.to_dtype(DType::F32)?)
+        } else {
+            None
+        };
         let (mut gate_up, mut down) = (Vec::with_capacity(e), Vec::with_capacity(e));
         for j in 0..e {
-            let p = format!("{prefix}.experts.{j}");
-            let gate = src.linear(&format!("{p}.gate_proj"), i, h)?;
-            let up = src.linear(&format!("{p}.up_proj"), i, h)?;
+            let [gate, up, dn] = cfg.arch.names().mlp.map(|n| format!("{prefix}.experts.{j}.{n}"));
+            let gate = src.linear(&gate, i, h)?;
+            let up = src.linear(&up, i, h)?;
             gate_up.push(LinearWeight::cat_rows(vec![gate, up])?);
-            down.push(src.linear(&format!("{p}.down_proj"), h, i)?);
+            down.push(src.linear(&dn, h, i)?);
         }
         let experts = if gate_up.iter().chain(&down).any(LinearWeight::is_fp8) {
             Experts::PerExpert { gate_up, down }
@@ -60,7 +70,14 @@ impl MoeBlock {
             };
             Experts::Stacked { gate_up: dense(gate_up)?, down: dense(down)? }
         };
-        Ok(MoeBlock { router, experts, top_k: m.top_k, norm_topk_prob: m.norm_topk_prob })
+        Ok(MoeBlock {
+            router,
+            expert_bias,
+            experts,
+            top_k: m.top_k,
+            norm_topk_prob: m.norm_topk_prob,
+            routing: m.router.clone(),
+        })
     }
 
     fn num_experts(&self) -> usize {
@@ -74,6 +91,9 @@ impl MoeBlock {
     /// The router counts as dense, not linear; stacked dense experts as linear.
     pub fn weight_bytes(&self, acc: &mut WeightBytes) {
         acc.add_dense(&self.router);
+        if let Some(b) = &self.expert_bias {
+            acc.add_dense(b);
+        }
         match &self.experts {
             Experts::Stacked { gate_up, down } => {
                 for t in [gate_up, down] {
@@ -104,12 +124,19 @@ impl MoeBlock {
         weights.unsqueeze(1)?.matmul(&y)?.reshape(x.shape())
     }
 
-    /// Router probabilities (softmax in f32, as transformers computes them) of the top-k
-    /// experts, `[n, k]` in the model dtype, and the experts' indices `[n, k]` (int64):
-    /// one fused `router_topk` launch after the router's GEMV.
+    /// Router weights of the top-k experts (scored in f32), `[n, k]` in the model dtype,
+    /// and the experts' indices `[n, k]` (int64): one fused `router_topk` launch after the
+    /// router's GEMV (and a scaling when `routed_scaling_factor` is not 1).
     pub fn route(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let logits = x.linear(&self.router, None)?;
-        let (w, idx) = logits.router_topk(self.top_k, Router::Softmax, self.norm_topk_prob.then_some(0.0))?;
+        let r = &self.routing;
+        let router =
+            if r.sigmoid { Router::Sigmoid { bias: self.expert_bias.as_ref() } } else { Router::Softmax };
+        let (mut w, idx) =
+            logits.router_topk(self.top_k, router, self.norm_topk_prob.then_some(r.renorm_eps))?;
+        if r.scale != 1.0 {
+            w = w.mul_scalar(r.scale)?;
+        }
         Ok((w.to_dtype(x.dtype())?, idx))
     }
 
@@ -215,9 +242,11 @@ mod tests {
         };
         let dense = MoeBlock {
             router: block.router.clone(),
+            expert_bias: None,
             experts: Experts::Stacked { gate_up: deq(gate_up), down: deq(down) },
             top_k: block.top_k,
             norm_topk_prob: block.norm_topk_prob,
+            routing: RouterConfig::SOFTMAX,
         };
         let x = Tensor::randn(&[5, cfg.hidden_size], 9, DType::F32, Device::Cpu).unwrap();
         let a = block.forward(&x).unwrap().to_vec::<f32>().unwrap();

@@ -27,9 +27,11 @@ cases! {
     llama_f32 => "llama", F32;
     qwen3_f32 => "qwen3", F32;
     qwen3_moe_f32 => "qwen3_moe", F32;
+    lfm2_moe_f32 => "lfm2_moe", F32;
     llama_bf16 => "llama", BF16;
     qwen3_bf16 => "qwen3", BF16;
     qwen3_moe_bf16 => "qwen3_moe", BF16;
+    lfm2_moe_bf16 => "lfm2_moe", BF16;
 }
 
 fn main() -> std::process::ExitCode {
