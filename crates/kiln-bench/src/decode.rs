@@ -45,6 +45,10 @@ fn base(arch: Arch) -> Config {
         qk_norm: arch != Arch::Llama,
         moe: None,
         short_conv: None,
+        gated_delta: None,
+        partial_rotary_factor: 1.0,
+        attn_output_gate: false,
+        norm_unit_offset: false,
         eos_token_ids: vec![],
         bf16_checkpoint: true,
     }
@@ -82,6 +86,7 @@ pub fn preset(name: &str) -> Result<Config> {
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
                 router: RouterConfig::SOFTMAX,
+                shared_expert_intermediate_size: None,
             }),
             ..base(Arch::Qwen3Moe)
         },
@@ -103,6 +108,7 @@ pub fn preset(name: &str) -> Result<Config> {
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![0, 1],
                 router: RouterConfig::LFM2,
+                shared_expert_intermediate_size: None,
             }),
             short_conv: Some(ShortConvConfig {
                 kernel: 3,

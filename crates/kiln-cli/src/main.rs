@@ -57,7 +57,7 @@ enum Cmd {
         #[arg(long)]
         peer: Option<String>,
     },
-    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe, lfm2_moe).
+    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe, lfm2_moe, qwen3_5_moe_text).
     Generate(GenerateArgs),
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {

@@ -16,10 +16,13 @@ pub enum Arch {
     /// LFM2-MoE: gated short-convolution layers among the attention layers, sigmoid routing
     /// with an expert bias.
     Lfm2Moe,
+    /// Qwen3.5-MoE (text): Gated DeltaNet layers among gated-output attention layers with
+    /// partial rotary embeddings, (1 + w) RMS norms, routed plus shared experts.
+    Qwen35Moe,
 }
 
 impl Arch {
-    pub const SUPPORTED: &'static str = "llama, qwen3, qwen3_moe, lfm2_moe";
+    pub const SUPPORTED: &'static str = "llama, qwen3, qwen3_moe, lfm2_moe, qwen3_5_moe_text";
 
     fn from_model_type(t: &str) -> Option<Arch> {
         Some(match t {
@@ -27,6 +30,7 @@ impl Arch {
             "qwen3" => Arch::Qwen3,
             "qwen3_moe" => Arch::Qwen3Moe,
             "lfm2_moe" => Arch::Lfm2Moe,
+            "qwen3_5_moe_text" => Arch::Qwen35Moe,
             _ => return None,
         })
     }
@@ -52,7 +56,7 @@ impl Arch {
             final_norm: "model.embedding_norm",
         };
         match self {
-            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe => &LLAMA,
+            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen35Moe => &LLAMA,
             Arch::Lfm2Moe => &LFM2,
         }
     }
@@ -104,6 +108,9 @@ pub struct MoeConfig {
     /// ...except these, which keep a dense MLP.
     pub mlp_only_layers: Vec<usize>,
     pub router: RouterConfig,
+    /// Hidden size of a shared expert that every token runs, gated by
+    /// `sigmoid(shared_expert_gate(x))` (Qwen3.5-MoE); `None`: no shared expert.
+    pub shared_expert_intermediate_size: Option<usize>,
 }
 
 /// How a MoE router scores the experts and weights the chosen ones.
@@ -129,6 +136,16 @@ impl RouterConfig {
         RouterConfig { sigmoid: true, expert_bias: true, renorm_eps: 1e-6, scale: 1.0 };
 }
 
+/// How a layer mixes information across positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MixerKind {
+    Attention,
+    /// LFM2's gated short convolution ([`ShortConvConfig`]).
+    ShortConv,
+    /// Qwen3.5's Gated DeltaNet ([`GatedDeltaConfig`]).
+    GatedDelta,
+}
+
 /// LFM2's gated short convolution, the mixer of the layers `layers` names (the others
 /// run attention).
 #[derive(Clone, Debug, PartialEq)]
@@ -138,6 +155,25 @@ pub struct ShortConvConfig {
     /// Biases on the convolution and its in / out projections (`conv_bias`).
     pub bias: bool,
     pub layers: Vec<usize>,
+}
+
+/// Qwen3.5's Gated DeltaNet (linear attention), the mixer of the layers `layers` names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatedDeltaConfig {
+    pub key_heads: usize,
+    pub value_heads: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+    /// Taps of the causal depthwise convolution over q, k and v (`linear_conv_kernel_dim`).
+    pub conv_kernel: usize,
+    pub layers: Vec<usize>,
+}
+
+impl GatedDeltaConfig {
+    /// Channels of the convolution: queries, keys and values.
+    pub fn conv_channels(&self) -> usize {
+        2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -163,6 +199,15 @@ pub struct Config {
     pub moe: Option<MoeConfig>,
     /// Short-convolution layers (LFM2); `None`: every layer runs attention.
     pub short_conv: Option<ShortConvConfig>,
+    /// Gated DeltaNet layers (Qwen3.5); `None`: none.
+    pub gated_delta: Option<GatedDeltaConfig>,
+    /// The share of each head's dims that the rotary embedding turns (the leading ones; the
+    /// rest pass through): see [`Config::rotary_dim`].
+    pub partial_rotary_factor: f64,
+    /// Attention's output is gated by `sigmoid` of a second half of `q_proj` (Qwen3.5).
+    pub attn_output_gate: bool,
+    /// RMS norms scale by `1 + weight` (Qwen3.5; zero-initialised weights).
+    pub norm_unit_offset: bool,
     /// `eos_token_id` of config.json (generation_config.json's takes precedence).
     pub eos_token_ids: Vec<u32>,
     /// The checkpoint is stored in bf16 (`dtype` / `torch_dtype`). transformers then keeps
@@ -174,6 +219,7 @@ pub struct Config {
 #[derive(Deserialize, Default)]
 struct RawRope {
     rope_theta: Option<f64>,
+    partial_rotary_factor: Option<f64>,
     rope_type: Option<String>,
     #[serde(rename = "type")]
     kind: Option<String>,
@@ -227,6 +273,14 @@ struct RawConfig {
     #[serde(rename = "conv_L_cache")]
     conv_l_cache: Option<usize>,
     conv_bias: Option<bool>,
+    // Qwen3.5-MoE.
+    partial_rotary_factor: Option<f64>,
+    shared_expert_intermediate_size: Option<usize>,
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_conv_kernel_dim: Option<usize>,
     dtype: Option<String>,
     torch_dtype: Option<String>,
     #[serde(default)]
@@ -274,6 +328,7 @@ impl Config {
         let head_dim = raw.head_dim.unwrap_or(hidden_size.checked_div(num_heads).unwrap_or(0));
         let rope = raw.rope_parameters.or(raw.rope_scaling).unwrap_or_default();
         let rope_theta = req(rope.rope_theta.or(raw.rope_theta), "rope_theta")?;
+        let partial_rotary = rope.partial_rotary_factor.or(raw.partial_rotary_factor).unwrap_or(1.0);
         let rope_type = rope.rope_type.or(rope.kind).unwrap_or_else(|| "default".into());
         let rope_scaling = match rope_type.as_str() {
             "default" => RopeScaling::None,
@@ -289,14 +344,15 @@ impl Config {
             other => return Err(format!("rope type {other:?} is not supported (default, llama3)")),
         };
         let num_layers = req(raw.num_hidden_layers, "num_hidden_layers")?;
-        let lfm2 = arch == Arch::Lfm2Moe;
+        let (lfm2, qwen35) = (arch == Arch::Lfm2Moe, arch == Arch::Qwen35Moe);
         let moe = match arch {
-            Arch::Qwen3Moe | Arch::Lfm2Moe => Some(MoeConfig {
+            Arch::Qwen3Moe | Arch::Lfm2Moe | Arch::Qwen35Moe => Some(MoeConfig {
                 num_experts: req(raw.num_experts.or(raw.num_local_experts), "num_experts")?,
                 top_k: req(raw.num_experts_per_tok, "num_experts_per_tok")?,
                 intermediate_size: req(raw.moe_intermediate_size, "moe_intermediate_size")?,
-                // transformers' defaults: False for Qwen3-MoE, True for LFM2-MoE.
-                norm_topk_prob: raw.norm_topk_prob.unwrap_or(lfm2),
+                // transformers' defaults: False for Qwen3-MoE, True for LFM2-MoE; Qwen3.5-MoE
+                // always renormalises.
+                norm_topk_prob: qwen35 || raw.norm_topk_prob.unwrap_or(lfm2),
                 decoder_sparse_step: if lfm2 { 1 } else { raw.decoder_sparse_step.unwrap_or(1) },
                 mlp_only_layers: if lfm2 {
                     (0..raw.num_dense_layers.unwrap_or(2)).collect()
@@ -312,36 +368,60 @@ impl Config {
                 } else {
                     RouterConfig::SOFTMAX
                 },
+                shared_expert_intermediate_size: raw.shared_expert_intermediate_size.filter(|_| qwen35),
             }),
             _ => None,
         };
-        let short_conv = if lfm2 {
-            let types = req(raw.layer_types, "layer_types")?;
+        // Which layers do not run attention, by `layer_types` (LFM2: "conv", Qwen3.5:
+        // "linear_attention"); other families ignore it.
+        let mixers = |other: &str| -> std::result::Result<Vec<usize>, String> {
+            let types = req(raw.layer_types.clone(), "layer_types")?;
             if types.len() != num_layers {
                 return Err(format!("{} layer_types for {num_layers} layers", types.len()));
             }
             let mut layers = vec![];
             for (i, t) in types.iter().enumerate() {
                 match t.as_str() {
-                    "conv" => layers.push(i),
                     "full_attention" => {}
-                    other => {
-                        return Err(format!("layer type {other:?} is not supported (conv, full_attention)"))
-                    }
+                    t if t == other => layers.push(i),
+                    t => return Err(format!("layer type {t:?} is not supported ({other}, full_attention)")),
                 }
             }
+            Ok(layers)
+        };
+        let short_conv = if lfm2 {
             Some(ShortConvConfig {
                 kernel: raw.conv_l_cache.unwrap_or(3),
                 bias: raw.conv_bias.unwrap_or(false),
-                layers,
+                layers: mixers("conv")?,
             })
         } else {
             None
         };
+        let gated_delta = if qwen35 {
+            Some(GatedDeltaConfig {
+                key_heads: req(raw.linear_num_key_heads, "linear_num_key_heads")?,
+                value_heads: req(raw.linear_num_value_heads, "linear_num_value_heads")?,
+                key_dim: req(raw.linear_key_head_dim, "linear_key_head_dim")?,
+                value_dim: req(raw.linear_value_head_dim, "linear_value_head_dim")?,
+                conv_kernel: req(raw.linear_conv_kernel_dim, "linear_conv_kernel_dim")?,
+                layers: mixers("linear_attention")?,
+            })
+        } else {
+            None
+        };
+        if !(partial_rotary > 0.0 && partial_rotary <= 1.0) {
+            return Err(format!("partial_rotary_factor {partial_rotary} is not in (0, 1]"));
+        }
         let c = Config {
             arch,
             hidden_size,
-            intermediate_size: req(raw.intermediate_size, "intermediate_size")?,
+            // Qwen3.5-MoE has no dense MLP layer, and no size for one.
+            intermediate_size: if qwen35 {
+                raw.intermediate_size.unwrap_or(0)
+            } else {
+                req(raw.intermediate_size, "intermediate_size")?
+            },
             num_layers,
             num_heads,
             num_kv_heads,
@@ -357,6 +437,10 @@ impl Config {
             qk_norm: arch != Arch::Llama,
             moe,
             short_conv,
+            gated_delta,
+            partial_rotary_factor: partial_rotary,
+            attn_output_gate: qwen35,
+            norm_unit_offset: qwen35,
             eos_token_ids: token_ids(&raw.eos_token_id),
             bf16_checkpoint: raw.dtype.or(raw.torch_dtype).as_deref() == Some("bfloat16"),
         };
@@ -375,9 +459,10 @@ impl Config {
 
     /// Checks that the sizes fit together.
     pub fn validate(&self) -> std::result::Result<(), String> {
+        let dense_mlp = (0..self.num_layers).any(|i| !self.is_moe_layer(i));
         let positive = [
             ("hidden_size", self.hidden_size),
-            ("intermediate_size", self.intermediate_size),
+            ("intermediate_size", if dense_mlp { self.intermediate_size } else { 1 }),
             ("num_hidden_layers", self.num_layers),
             ("num_attention_heads", self.num_heads),
             ("num_key_value_heads", self.num_kv_heads),
@@ -394,8 +479,12 @@ impl Config {
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if !self.head_dim.is_multiple_of(2) {
-            return Err(format!("head_dim {} must be even for rotary embeddings", self.head_dim));
+        let r = self.rotary_dim();
+        if !r.is_multiple_of(2) || r == 0 || r > self.head_dim {
+            return Err(format!(
+                "rotary dims {r} of head_dim {} (partial_rotary_factor {}) must be even, positive and at most head_dim",
+                self.head_dim, self.partial_rotary_factor
+            ));
         }
         if !(self.rope_theta > 0.0 && self.rms_norm_eps >= 0.0) {
             return Err(format!("bad rope_theta {} or rms_norm_eps {}", self.rope_theta, self.rms_norm_eps));
@@ -419,12 +508,41 @@ impl Config {
                 return Err(format!("short-conv layer {i} of {} layers", self.num_layers));
             }
         }
+        if let Some(g) = &self.gated_delta {
+            let sizes = [g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.conv_kernel];
+            if sizes.contains(&0) || !g.value_heads.is_multiple_of(g.key_heads) {
+                return Err(format!(
+                    "linear attention: {} key heads of {}, {} value heads of {}, conv kernel {} (all positive, value heads a multiple of key heads)",
+                    g.key_heads, g.key_dim, g.value_heads, g.value_dim, g.conv_kernel
+                ));
+            }
+            if let Some(i) = g.layers.iter().find(|&&i| i >= self.num_layers) {
+                return Err(format!("linear-attention layer {i} of {} layers", self.num_layers));
+            }
+        }
         Ok(())
     }
 
-    /// Whether layer `i` mixes tokens with a short convolution (else attention).
+    /// Leading dims of each head that the rotary embedding turns, as transformers rounds
+    /// them: `int(head_dim · partial_rotary_factor)`.
+    pub fn rotary_dim(&self) -> usize {
+        (self.head_dim as f64 * self.partial_rotary_factor) as usize
+    }
+
+    /// How layer `i` mixes tokens.
+    pub fn mixer(&self, i: usize) -> MixerKind {
+        if self.short_conv.as_ref().is_some_and(|s| s.layers.contains(&i)) {
+            MixerKind::ShortConv
+        } else if self.gated_delta.as_ref().is_some_and(|g| g.layers.contains(&i)) {
+            MixerKind::GatedDelta
+        } else {
+            MixerKind::Attention
+        }
+    }
+
+    /// Whether layer `i` mixes tokens with a short convolution (LFM2).
     pub fn is_conv_layer(&self, i: usize) -> bool {
-        self.short_conv.as_ref().is_some_and(|s| s.layers.contains(&i))
+        self.mixer(i) == MixerKind::ShortConv
     }
 
     /// Whether layer `i` has a sparse MoE block (else a dense MLP).
@@ -520,6 +638,20 @@ mod tests {
         assert_eq!(l.short_conv.as_ref().unwrap().kernel, 3);
         assert!(l.tie_word_embeddings && l.qk_norm && l.rms_norm_eps == 1e-5 && l.head_dim == 16);
         assert_eq!(l.arch.names().final_norm, "model.embedding_norm");
+        let q = Config::load(&root.join("qwen3_5_moe")).unwrap();
+        let g = q.gated_delta.as_ref().unwrap();
+        assert_eq!((g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.conv_kernel), (2, 4, 16, 16, 4));
+        assert_eq!(g.conv_channels(), 128);
+        let kinds: Vec<MixerKind> = (0..4).map(|i| q.mixer(i)).collect();
+        assert_eq!(
+            kinds,
+            [MixerKind::GatedDelta, MixerKind::GatedDelta, MixerKind::GatedDelta, MixerKind::Attention]
+        );
+        assert_eq!((q.rotary_dim(), q.head_dim), (8, 32));
+        assert!(q.attn_output_gate && q.norm_unit_offset && !q.tie_word_embeddings);
+        let moe = q.moe.as_ref().unwrap();
+        assert!(moe.norm_topk_prob && (0..4).all(|i| q.is_moe_layer(i)));
+        assert_eq!(moe.shared_expert_intermediate_size, Some(32));
         let err = Config::load(Path::new("/nonexistent")).unwrap_err().to_string();
         assert!(err.contains("config.json"), "{err}");
     }

@@ -3,8 +3,9 @@
 //! (`copy_` into a narrowed view) and attends over a view of the filled part, so decode
 //! allocates nothing for the cache and never copies what is already there.
 //!
-//! Short-convolution layers (LFM2) keep their state here too: the last `kernel - 1`
-//! inputs of their convolution, `[B, kernel - 1, channels]`, overwritten each step.
+//! Short-convolution layers (LFM2) and Gated DeltaNet layers (Qwen3.5) keep their states
+//! here too: the last `kernel - 1` inputs of their convolution, `[B, kernel - 1,
+//! channels]`, and the DeltaNet's recurrent state, overwritten each step.
 
 use kiln::{DType, Device, Error, Result, Tensor};
 
@@ -12,6 +13,7 @@ pub struct KvCache {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
     conv: Vec<Tensor>,
+    recurrent: Vec<Tensor>,
     len: usize,
     capacity: usize,
 }
@@ -28,7 +30,7 @@ impl KvCache {
     ) -> Result<Self> {
         let shape = [batch, kv_heads, capacity, head_dim];
         let mk = || (0..layers).map(|_| Tensor::zeros(&shape, dtype, device)).collect::<Result<Vec<_>>>();
-        Ok(KvCache { keys: mk()?, values: mk()?, conv: vec![], len: 0, capacity })
+        Ok(KvCache { keys: mk()?, values: mk()?, conv: vec![], recurrent: vec![], len: 0, capacity })
     }
 
     /// Adds the states of `layers` short-convolution layers, each `[batch, width, channels]`
@@ -55,6 +57,29 @@ impl KvCache {
 
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Adds the recurrent states of `layers` linear-attention layers, each of `shape`, f32.
+    pub fn with_recurrent_states(mut self, layers: usize, shape: &[usize], device: Device) -> Result<Self> {
+        self.recurrent =
+            (0..layers).map(|_| Tensor::zeros(shape, DType::F32, device)).collect::<Result<_>>()?;
+        Ok(self)
+    }
+
+    /// Linear-attention layer `layer`'s recurrent state before this step: zeros at the
+    /// start of a sequence.
+    pub fn recurrent_state(&self, layer: usize) -> Result<Tensor> {
+        let s = &self.recurrent[layer];
+        if self.len == 0 {
+            Tensor::zeros(s.shape(), s.dtype(), s.device())
+        } else {
+            Ok(s.clone())
+        }
+    }
+
+    /// Stores linear-attention layer `layer`'s state after this step.
+    pub fn set_recurrent_state(&mut self, layer: usize, state: &Tensor) -> Result<()> {
+        self.recurrent[layer].copy_(state)
     }
 
     /// Forgets the contents (a new sequence reuses the memory).
@@ -120,6 +145,12 @@ impl KvCache {
 
     /// Bytes held by the cache.
     pub fn nbytes(&self) -> usize {
-        self.keys.iter().chain(&self.values).chain(&self.conv).map(|t| t.nbytes()).sum()
+        self.keys
+            .iter()
+            .chain(&self.values)
+            .chain(&self.conv)
+            .chain(&self.recurrent)
+            .map(|t| t.nbytes())
+            .sum()
     }
 }

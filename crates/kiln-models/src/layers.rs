@@ -175,13 +175,23 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
-    pub fn load(src: &mut dyn WeightSource, name: &str, size: usize, eps: f64) -> Result<Self> {
-        Ok(RmsNorm { weight: src.get(name, &[size])?, eps })
+    /// `name` `[size]` with the config's epsilon. A family that scales by `1 + weight`
+    /// (`Config::norm_unit_offset`) gets the 1 added here, once, in f32: transformers adds
+    /// it in f32 and normalises in f32, and `1 + w` rounded to bf16 would be off by up to
+    /// 2^-9 relative in every norm.
+    pub fn load(src: &mut dyn WeightSource, name: &str, size: usize, cfg: &Config) -> Result<Self> {
+        let w = src.get(name, &[size])?;
+        let weight = if cfg.norm_unit_offset { w.to_dtype(DType::F32)?.add_scalar(1.0)? } else { w };
+        Ok(RmsNorm { weight, eps: cfg.rms_norm_eps })
     }
 
-    /// Normalises the last dim.
+    /// Normalises the last dim (in the weight's dtype when it differs from `x`'s).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.rms_norm(self.weight.shape(), Some(&self.weight), Some(self.eps))
+        let w = &self.weight;
+        if w.dtype() != x.dtype() {
+            return x.to_dtype(w.dtype())?.rms_norm(w.shape(), Some(w), Some(self.eps))?.to_dtype(x.dtype());
+        }
+        x.rms_norm(w.shape(), Some(w), Some(self.eps))
     }
 }
 
@@ -226,8 +236,9 @@ pub fn swiglu(h: &Tensor) -> Result<Tensor> {
     h.narrow(-1, 0, i)?.silu()?.mul(&h.narrow(-1, i, i)?)
 }
 
-/// Rotary embedding tables, `[positions, head_dim]`, in the model's dtype. `sin` has
+/// Rotary embedding tables, `[positions, rotary_dim]`, in the model's dtype. `sin` has
 /// its first half negated so that `rotate_half(x) * sin == swap_halves(x) * sin_signed`.
+/// With a partial rotary factor only a head's first `rotary_dim` dims turn.
 pub struct Rope {
     cos: Tensor,
     sin_signed: Tensor,
@@ -248,7 +259,7 @@ pub fn inv_freq(cfg: &Config) -> Vec<f64> {
 }
 
 fn unrounded_inv_freq(cfg: &Config) -> Vec<f64> {
-    let d = cfg.head_dim;
+    let d = cfg.rotary_dim();
     // The powers in f32, as transformers computes them.
     let base: Vec<f64> =
         (0..d / 2).map(|i| (1.0 / (cfg.rope_theta as f32).powf((2 * i) as f32 / d as f32)) as f64).collect();
@@ -278,7 +289,7 @@ impl Rope {
     /// Tables for positions `0..positions`.
     pub fn new(cfg: &Config, positions: usize, device: Device, dtype: DType) -> Result<Self> {
         let freqs = inv_freq(cfg);
-        let (d, half) = (cfg.head_dim, cfg.head_dim / 2);
+        let (d, half) = (cfg.rotary_dim(), cfg.rotary_dim() / 2);
         let (mut cos, mut sin) = (Vec::with_capacity(positions * d), Vec::with_capacity(positions * d));
         for p in 0..positions {
             for j in 0..d {
@@ -298,14 +309,20 @@ impl Rope {
 
     /// Rotates `x` `[B, heads, T, D]` whose tokens sit at positions `pos..pos+T`.
     pub fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
-        let (t, d) = (x.size(-2)?, x.size(-1)?);
+        let (t, d, r) = (x.size(-2)?, x.size(-1)?, self.cos.shape()[1]);
+        if r < d {
+            let turned = self.apply(&x.narrow(-1, 0, r)?, pos)?;
+            return Tensor::cat(&[turned, x.narrow(-1, r, d - r)?], -1);
+        }
         let (cos, sin) = (self.cos.narrow(0, pos, t)?, self.sin_signed.narrow(0, pos, t)?);
         let swapped = Tensor::cat(&[x.narrow(-1, d / 2, d / 2)?, x.narrow(-1, 0, d / 2)?], -1)?;
         x.mul(&cos)?.add(&swapped.mul(&sin)?)
     }
 }
 
-/// Grouped-query attention with an optional RMS norm of each query and key head (Qwen3).
+/// Grouped-query attention with an optional RMS norm of each query and key head (Qwen3)
+/// and an optional output gate (Qwen3.5: `q_proj` gives each head its queries, then as
+/// many gate values; the output is multiplied by their sigmoid before `o_proj`).
 pub struct Attention {
     q: Linear,
     k: Linear,
@@ -316,6 +333,7 @@ pub struct Attention {
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+    output_gate: bool,
 }
 
 impl Attention {
@@ -324,12 +342,11 @@ impl Attention {
         let (qd, kvd) = (cfg.num_heads * d, cfg.num_kv_heads * d);
         let names = cfg.arch.names();
         let norm = |src: &mut dyn WeightSource, n: &str| -> Result<Option<RmsNorm>> {
-            cfg.qk_norm
-                .then(|| RmsNorm::load(src, &format!("{prefix}.{n}.weight"), d, cfg.rms_norm_eps))
-                .transpose()
+            cfg.qk_norm.then(|| RmsNorm::load(src, &format!("{prefix}.{n}.weight"), d, cfg)).transpose()
         };
+        let q_out = if cfg.attn_output_gate { 2 * qd } else { qd };
         Ok(Attention {
-            q: Linear::load(src, &format!("{prefix}.q_proj"), qd, h, b)?,
+            q: Linear::load(src, &format!("{prefix}.q_proj"), q_out, h, b)?,
             k: Linear::load(src, &format!("{prefix}.k_proj"), kvd, h, b)?,
             v: Linear::load(src, &format!("{prefix}.v_proj"), kvd, h, b)?,
             o: Linear::load(src, &format!("{prefix}.{}", names.attn_out), h, qd, b)?,
@@ -338,6 +355,7 @@ impl Attention {
             heads: cfg.num_heads,
             kv_heads: cfg.num_kv_heads,
             head_dim: d,
+            output_gate: cfg.attn_output_gate,
         })
     }
 
@@ -347,7 +365,12 @@ impl Attention {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hq, hkv, d) = (self.heads, self.kv_heads, self.head_dim);
         let pos = cache.len();
-        let mut q = self.q.forward(x)?.reshape(&[b, t, hq, d])?;
+        let (mut q, gate) = if self.output_gate {
+            let qg = self.q.forward(x)?.reshape(&[b, t, hq, 2 * d])?;
+            (qg.narrow(-1, 0, d)?, Some(qg.narrow(-1, d, d)?.reshape(&[b, t, hq * d])?))
+        } else {
+            (self.q.forward(x)?.reshape(&[b, t, hq, d])?, None)
+        };
         let mut k = self.k.forward(x)?.reshape(&[b, t, hkv, d])?;
         let v = self.v.forward(x)?.reshape(&[b, t, hkv, d])?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
@@ -361,7 +384,10 @@ impl Attention {
         let mask = if t > 1 { Some(Sdpa::causal_mask(t, pos + t, pos, x.device())?) } else { None };
         let o = Sdpa { attn_mask: mask.as_ref(), enable_gqa: true, ..Sdpa::default() };
         let out = q.scaled_dot_product_attention(&keys, &values, &o)?;
-        let out = out.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
+        let mut out = out.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
+        if let Some(g) = gate {
+            out = out.mul(&g.sigmoid()?)?;
+        }
         self.o.forward(&out)
     }
 

@@ -1,9 +1,10 @@
 //! Model families built on kiln tensors: Hugging Face checkpoint loading (config,
-//! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE / LFM2-MoE decoders, a
+//! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a
 //! pre-allocated KV cache, on-device sampling and the generate loop.
 
 pub mod chat;
 pub mod config;
+pub mod gated_delta;
 pub mod generate;
 pub mod golden;
 pub mod kv_cache;

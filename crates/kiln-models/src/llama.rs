@@ -1,16 +1,18 @@
-//! The decoder shared by Llama, Qwen3, Qwen3-MoE and LFM2-MoE: embedding, N × (RMS norm →
-//! mixer → residual, RMS norm → MLP or MoE → residual), final norm, LM head. The mixer is
-//! attention, or LFM2's gated short convolution (`short_conv`) in its conv layers. Qwen3
-//! and LFM2 add the q/k head norms (in `layers::Attention`); Qwen3-MoE and LFM2-MoE swap
-//! the MLP for a routed expert block (`qwen3_moe`). The families' weight names differ
-//! (`config::WeightNames`).
+//! The decoder shared by Llama, Qwen3, Qwen3-MoE, LFM2-MoE and Qwen3.5-MoE: embedding,
+//! N × (RMS norm → mixer → residual, RMS norm → MLP or MoE → residual), final norm, LM
+//! head. The mixer is attention, LFM2's gated short convolution (`short_conv`) in its conv
+//! layers, or Qwen3.5's Gated DeltaNet (`gated_delta`) in its linear-attention layers.
+//! Qwen3, LFM2 and Qwen3.5 add the q/k head norms (in `layers::Attention`; Qwen3.5 also its
+//! output gate and partial rotary embedding); the MoE families swap the MLP for a routed
+//! expert block (`qwen3_moe`). The families' weight names differ (`config::WeightNames`).
 //!
 //! Linear layers (attention projections, MLPs, experts) hold dense or FP8 weights
 //! (`layers::LinearWeight`): FP8 when the checkpoint stores them so (Hugging Face FP8
 //! checkpoints, `weight_scale` / `weight_scale_inv`) or when loaded with
 //! [`Quantize::Fp8`]. The embedding, norms, LM head and MoE router stay dense.
 
-use crate::config::Config;
+use crate::config::{Config, MixerKind};
+use crate::gated_delta::GatedDelta;
 use crate::kv_cache::KvCache;
 use crate::layers::{Attention, Mlp, RmsNorm, Rope, WeightBytes};
 use crate::loader::{CheckpointSource, Quantize, RandomSource, WeightSource};
@@ -36,6 +38,7 @@ pub enum Ffn {
 pub enum Mixer {
     Attention(Attention),
     ShortConv(ShortConv),
+    GatedDelta(GatedDelta),
 }
 
 pub struct Layer {
@@ -95,22 +98,28 @@ impl Model {
 
     pub fn build(config: Config, src: &mut dyn WeightSource) -> Result<Model> {
         let c = &config;
-        let (h, eps, names) = (c.hidden_size, c.rms_norm_eps, c.arch.names());
+        let (h, names) = (c.hidden_size, c.arch.names());
         let embed = src.get("model.embed_tokens.weight", &[c.vocab_size, h])?;
         let layers = (0..c.num_layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 let ffn = format!("{p}.{}", names.ffn);
-                let conv = c.is_conv_layer(i);
+                let kind = c.mixer(i);
                 Ok(Layer {
-                    input_norm: RmsNorm::load(src, &format!("{p}.{}.weight", names.input_norm), h, eps)?,
-                    mixer: if conv {
-                        Mixer::ShortConv(ShortConv::load(src, &format!("{p}.conv"), c)?)
-                    } else {
-                        Mixer::Attention(Attention::load(src, &format!("{p}.self_attn"), c)?)
+                    input_norm: RmsNorm::load(src, &format!("{p}.{}.weight", names.input_norm), h, c)?,
+                    mixer: match kind {
+                        MixerKind::ShortConv => {
+                            Mixer::ShortConv(ShortConv::load(src, &format!("{p}.conv"), c)?)
+                        }
+                        MixerKind::GatedDelta => {
+                            Mixer::GatedDelta(GatedDelta::load(src, &format!("{p}.linear_attn"), c)?)
+                        }
+                        MixerKind::Attention => {
+                            Mixer::Attention(Attention::load(src, &format!("{p}.self_attn"), c)?)
+                        }
                     },
-                    slot: (0..i).filter(|&j| c.is_conv_layer(j) == conv).count(),
-                    post_norm: RmsNorm::load(src, &format!("{p}.{}.weight", names.post_norm), h, eps)?,
+                    slot: (0..i).filter(|&j| c.mixer(j) == kind).count(),
+                    post_norm: RmsNorm::load(src, &format!("{p}.{}.weight", names.post_norm), h, c)?,
                     ffn: if c.is_moe_layer(i) {
                         Ffn::Moe(MoeBlock::load(src, &ffn, c)?)
                     } else {
@@ -119,7 +128,7 @@ impl Model {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let norm = RmsNorm::load(src, &format!("{}.weight", names.final_norm), h, eps)?;
+        let norm = RmsNorm::load(src, &format!("{}.weight", names.final_norm), h, c)?;
         let lm_head = if c.tie_word_embeddings {
             embed.clone()
         } else {
@@ -149,19 +158,23 @@ impl Model {
         }
         let c = &self.config;
         let (dtype, device) = (self.dtype(), self.device());
-        let convs: Vec<&ShortConv> = self
-            .layers
-            .iter()
-            .filter_map(|l| match &l.mixer {
-                Mixer::ShortConv(s) => Some(s),
-                Mixer::Attention(_) => None,
-            })
-            .collect();
-        let attn = self.layers.len() - convs.len();
-        let cache = KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?;
-        match convs.first() {
-            Some(s) => {
-                cache.with_conv_states(convs.len(), [batch, s.kernel() - 1, c.hidden_size], dtype, device)
+        let (mut attn, mut conv, mut delta) = (0, None, vec![]);
+        for l in &self.layers {
+            match &l.mixer {
+                Mixer::Attention(_) => attn += 1,
+                Mixer::ShortConv(s) => conv = Some((s.kernel(), c.hidden_size)),
+                Mixer::GatedDelta(g) => delta.push(g),
+            }
+        }
+        let mut cache = KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?;
+        let convs = self.layers.len() - attn;
+        if let Some(g) = delta.first() {
+            conv = Some((g.kernel(), c.gated_delta.as_ref().expect("gated delta layers").conv_channels()));
+            cache = cache.with_recurrent_states(delta.len(), &g.state_shape(batch), device)?;
+        }
+        match conv {
+            Some((kernel, channels)) => {
+                cache.with_conv_states(convs, [batch, kernel - 1, channels], dtype, device)
             }
             None => Ok(cache),
         }
@@ -181,6 +194,7 @@ impl Model {
             let a = match &l.mixer {
                 Mixer::Attention(a) => a.forward(&h, &self.rope, cache, l.slot)?,
                 Mixer::ShortConv(s) => s.forward(&h, cache, l.slot)?,
+                Mixer::GatedDelta(g) => g.forward(&h, cache, l.slot)?,
             };
             x = x.add(&a)?;
             let h = l.post_norm.forward(&x)?;
@@ -226,6 +240,7 @@ impl Layer {
         match &self.mixer {
             Mixer::Attention(a) => a.weight_bytes(acc),
             Mixer::ShortConv(s) => s.weight_bytes(acc),
+            Mixer::GatedDelta(g) => g.weight_bytes(acc),
         }
         match &self.ffn {
             Ffn::Dense(m) => m.weight_bytes(acc),

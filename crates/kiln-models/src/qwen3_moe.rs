@@ -3,6 +3,8 @@
 //! Qwen3-MoE's router takes a softmax over the experts; LFM2-MoE's takes sigmoid scores
 //! and chooses by score + a per-expert bias, weighting by the unbiased scores
 //! (`config::RouterConfig`). Either renormalises the chosen weights with `norm_topk_prob`.
+//! Qwen3.5-MoE adds a shared expert that every token runs, its output scaled by
+//! `sigmoid(shared_expert_gate(x))`.
 //!
 //! The experts' weights are stacked at load: `gate_up` `[E, 2·I, H]` (gate rows, then
 //! up rows) and `down` `[E, H, I]`. Two ways to run them:
@@ -21,7 +23,7 @@
 //! also when decoding. The router stays dense.
 
 use crate::config::{Config, RouterConfig};
-use crate::layers::{swiglu, LinearWeight, WeightBytes};
+use crate::layers::{swiglu, LinearWeight, Mlp, WeightBytes};
 use crate::loader::WeightSource;
 use kiln::{DType, Error, Result, Router, Tensor};
 
@@ -41,6 +43,8 @@ pub struct MoeBlock {
     top_k: usize,
     norm_topk_prob: bool,
     routing: RouterConfig,
+    /// The shared expert and its gate's weight `[1, H]` (dense, like the router).
+    shared: Option<(Mlp, Tensor)>,
 }
 
 impl MoeBlock {
@@ -70,6 +74,13 @@ impl MoeBlock {
             };
             Experts::Stacked { gate_up: dense(gate_up)?, down: dense(down)? }
         };
+        let shared = match m.shared_expert_intermediate_size {
+            Some(size) => Some((
+                Mlp::load(src, &format!("{prefix}.shared_expert"), cfg.arch.names().mlp, h, size)?,
+                src.get(&format!("{prefix}.shared_expert_gate.weight"), &[1, h])?,
+            )),
+            None => None,
+        };
         Ok(MoeBlock {
             router,
             expert_bias,
@@ -77,6 +88,7 @@ impl MoeBlock {
             top_k: m.top_k,
             norm_topk_prob: m.norm_topk_prob,
             routing: m.router.clone(),
+            shared,
         })
     }
 
@@ -93,6 +105,10 @@ impl MoeBlock {
         acc.add_dense(&self.router);
         if let Some(b) = &self.expert_bias {
             acc.add_dense(b);
+        }
+        if let Some((mlp, gate)) = &self.shared {
+            mlp.weight_bytes(acc);
+            acc.add_dense(gate);
         }
         match &self.experts {
             Experts::Stacked { gate_up, down } => {
@@ -121,7 +137,12 @@ impl MoeBlock {
             self.grouped(&x2, &experts)?
         };
         // Σ_slots weight · expert output, as one [1, k] @ [k, H] product per token.
-        weights.unsqueeze(1)?.matmul(&y)?.reshape(x.shape())
+        let routed = weights.unsqueeze(1)?.matmul(&y)?.reshape(&[n, h])?;
+        let out = match &self.shared {
+            Some((mlp, gate)) => routed.add(&mlp.forward(&x2)?.mul(&x2.linear(gate, None)?.sigmoid()?)?)?,
+            None => routed,
+        };
+        out.reshape(x.shape())
     }
 
     /// Router weights of the top-k experts (scored in f32), `[n, k]` in the model dtype,
@@ -247,6 +268,7 @@ mod tests {
             top_k: block.top_k,
             norm_topk_prob: block.norm_topk_prob,
             routing: RouterConfig::SOFTMAX,
+            shared: None,
         };
         let x = Tensor::randn(&[5, cfg.hidden_size], 9, DType::F32, Device::Cpu).unwrap();
         let a = block.forward(&x).unwrap().to_vec::<f32>().unwrap();

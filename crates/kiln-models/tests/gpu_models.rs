@@ -28,6 +28,7 @@ cases! {
     qwen3_f32 => "qwen3", F32;
     qwen3_moe_f32 => "qwen3_moe", F32;
     lfm2_moe_f32 => "lfm2_moe", F32;
+    qwen3_5_moe_f32 => "qwen3_5_moe", F32;
     llama_bf16 => "llama", BF16;
     qwen3_bf16 => "qwen3", BF16;
     qwen3_moe_bf16 => "qwen3_moe", BF16;
