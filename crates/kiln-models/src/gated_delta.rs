@@ -16,6 +16,7 @@
 //! chunked prompt form computes the same function). Made of kiln ops: a reference for a
 //! dedicated kernel, and slow on long prompts (several ops a token).
 
+use crate::causal_conv::CausalConv;
 use crate::config::{Config, GatedDeltaConfig};
 use crate::kv_cache::KvCache;
 use crate::layers::{Linear, WeightBytes};
@@ -27,8 +28,7 @@ pub struct GatedDelta {
     in_proj_z: Linear,
     in_proj_b: Linear,
     in_proj_a: Linear,
-    /// Tap `j` of every channel, `[conv_channels]` each.
-    taps: Vec<Tensor>,
+    conv: CausalConv,
     /// `−exp(A_log)` and `dt_bias`, `[value_heads]`, f32.
     neg_a: Tensor,
     dt_bias: Tensor,
@@ -48,10 +48,6 @@ impl GatedDelta {
             .ok_or_else(|| Error::invalid("gated_delta", "the config has no linear-attention layers"))?;
         let (h, hv) = (cfg.hidden_size, g.value_heads);
         let (c, vd) = (g.conv_channels(), g.value_heads * g.value_dim);
-        let weight = src.get(&format!("{prefix}.conv1d.weight"), &[c, 1, g.conv_kernel])?;
-        let taps = (0..g.conv_kernel)
-            .map(|j| weight.narrow(2, j, 1)?.reshape(&[c])?.contiguous())
-            .collect::<Result<_>>()?;
         let f32_param = |src: &mut dyn WeightSource, n: &str| {
             src.get(&format!("{prefix}.{n}"), &[hv])?.to_dtype(DType::F32)
         };
@@ -65,7 +61,7 @@ impl GatedDelta {
             in_proj_z: linear(src, "in_proj_z", vd, h)?,
             in_proj_b: linear(src, "in_proj_b", hv, h)?,
             in_proj_a: linear(src, "in_proj_a", hv, h)?,
-            taps,
+            conv: CausalConv::load(src, &format!("{prefix}.conv1d.weight"), c, g.conv_kernel)?,
             neg_a,
             dt_bias,
             norm: src.get(&format!("{prefix}.norm.weight"), &[g.value_dim])?,
@@ -77,7 +73,7 @@ impl GatedDelta {
 
     /// Taps of the convolution.
     pub fn kernel(&self) -> usize {
-        self.taps.len()
+        self.conv.kernel()
     }
 
     /// The recurrent state's shape for `batch` sequences: `[B, value_heads, key_dim, value_dim]`.
@@ -92,12 +88,8 @@ impl GatedDelta {
         let (b, t) = (x.size(0)?, x.size(1)?);
         let g = &self.dims;
         let (hk, hv, dk, dv) = (g.key_heads, g.value_heads, g.key_dim, g.value_dim);
-        let window = cache.conv_window(layer, &self.in_proj_qkv.forward(x)?)?;
-        let mut conv = window.narrow(1, 0, t)?.mul(&self.taps[0])?;
-        for (j, tap) in self.taps.iter().enumerate().skip(1) {
-            conv = conv.add(&window.narrow(1, j, t)?.mul(tap)?)?;
-        }
-        let qkv = conv.silu()?.to_dtype(DType::F32)?;
+        let qkv =
+            self.conv.forward(&self.in_proj_qkv.forward(x)?, cache, layer)?.silu()?.to_dtype(DType::F32)?;
         // Key heads shared by `hv / hk` consecutive value heads (repeat_interleave).
         let heads = |off: usize| -> Result<Tensor> {
             let y = qkv.narrow(-1, off, hk * dk)?.reshape(&[b, t, hk, 1, dk])?;
@@ -137,7 +129,8 @@ impl GatedDelta {
         for l in [&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a, &self.out_proj] {
             l.weight_bytes(acc);
         }
-        for t in self.taps.iter().chain([&self.neg_a, &self.dt_bias, &self.norm]) {
+        self.conv.weight_bytes(acc);
+        for t in [&self.neg_a, &self.dt_bias, &self.norm] {
             acc.add_dense(t);
         }
     }

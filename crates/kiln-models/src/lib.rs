@@ -2,6 +2,7 @@
 //! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a
 //! pre-allocated KV cache, on-device sampling and the generate loop.
 
+pub mod causal_conv;
 pub mod chat;
 pub mod config;
 pub mod gated_delta;

@@ -3,10 +3,9 @@
 //! `kernel` taps along time, gated by `C`, then `out_proj`. Between steps it keeps the
 //! last `kernel − 1` gated inputs (in the cache), where attention keeps every key.
 //!
-//! The convolution is a sum of `kernel` shifted products over the window `[state, B · x]`
-//! (time-major, so no transposes): for 3 taps that is 3 multiplies and 2 adds, the same
-//! whether the step is a prompt or one token.
+//! The convolution is `causal_conv::CausalConv`: for 3 taps, 3 multiplies and 2 adds.
 
+use crate::causal_conv::CausalConv;
 use crate::config::Config;
 use crate::kv_cache::KvCache;
 use crate::layers::{Linear, WeightBytes};
@@ -15,8 +14,7 @@ use kiln::{Error, Result, Tensor};
 
 pub struct ShortConv {
     in_proj: Linear,
-    /// Tap `j` of every channel, `[hidden]` each: the weight `[hidden, 1, kernel]` split.
-    taps: Vec<Tensor>,
+    conv: CausalConv,
     bias: Option<Tensor>,
     out_proj: Linear,
 }
@@ -29,12 +27,9 @@ impl ShortConv {
             .as_ref()
             .ok_or_else(|| Error::invalid("short_conv", "the config has no short-convolution layers"))?;
         let (h, k, b) = (cfg.hidden_size, sc.kernel, sc.bias);
-        let weight = src.get(&format!("{prefix}.conv.weight"), &[h, 1, k])?;
-        let taps =
-            (0..k).map(|j| weight.narrow(2, j, 1)?.reshape(&[h])?.contiguous()).collect::<Result<_>>()?;
         Ok(ShortConv {
             in_proj: Linear::load(src, &format!("{prefix}.in_proj"), 3 * h, h, b)?,
-            taps,
+            conv: CausalConv::load(src, &format!("{prefix}.conv.weight"), h, k)?,
             bias: if b { Some(src.get(&format!("{prefix}.conv.bias"), &[h])?) } else { None },
             out_proj: Linear::load(src, &format!("{prefix}.out_proj"), h, h, b)?,
         })
@@ -42,20 +37,16 @@ impl ShortConv {
 
     /// Taps of the convolution.
     pub fn kernel(&self) -> usize {
-        self.taps.len()
+        self.conv.kernel()
     }
 
     /// `x` `[B, T, H]` at positions `cache.len()..+T`; updates the cache's state of
     /// short-conv layer `layer`.
     pub fn forward(&self, x: &Tensor, cache: &mut KvCache, layer: usize) -> Result<Tensor> {
-        let (t, h) = (x.size(1)?, x.size(2)?);
+        let h = x.size(2)?;
         let bcx = self.in_proj.forward(x)?;
         let gated = bcx.narrow(-1, 0, h)?.mul(&bcx.narrow(-1, 2 * h, h)?)?;
-        let window = cache.conv_window(layer, &gated)?;
-        let mut y = window.narrow(1, 0, t)?.mul(&self.taps[0])?;
-        for (j, tap) in self.taps.iter().enumerate().skip(1) {
-            y = y.add(&window.narrow(1, j, t)?.mul(tap)?)?;
-        }
+        let mut y = self.conv.forward(&gated, cache, layer)?;
         if let Some(b) = &self.bias {
             y = y.add(b)?;
         }
@@ -65,8 +56,9 @@ impl ShortConv {
     pub fn weight_bytes(&self, acc: &mut WeightBytes) {
         self.in_proj.weight_bytes(acc);
         self.out_proj.weight_bytes(acc);
-        for t in self.taps.iter().chain(&self.bias) {
-            acc.add_dense(t);
+        self.conv.weight_bytes(acc);
+        if let Some(b) = &self.bias {
+            acc.add_dense(b);
         }
     }
 }
@@ -104,7 +96,7 @@ mod tests {
         let got = conv.forward(&x, &mut cache(&cfg, t), 0).unwrap();
 
         let bcx = conv.in_proj.forward(&x).unwrap().to_vec::<f64>().unwrap();
-        let taps: Vec<Vec<f64>> = conv.taps.iter().map(|w| w.to_vec::<f64>().unwrap()).collect();
+        let taps: Vec<Vec<f64>> = (0..3).map(|j| conv.conv.tap(j).to_vec::<f64>().unwrap()).collect();
         let gated = |s: usize, c: usize| bcx[s * 3 * h + c] * bcx[s * 3 * h + 2 * h + c];
         let mut y = vec![0f64; t * h];
         for s in 0..t {

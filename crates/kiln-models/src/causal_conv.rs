@@ -1,0 +1,56 @@
+//! The causal depthwise convolution along time that LFM2's short-conv layers and Qwen3.5's
+//! Gated DeltaNet layers share: `y[t] = Σ_j w_j · x[t − (kernel − 1) + j]` per channel,
+//! with zeros before the sequence's start (PyTorch's `Conv1d(groups = channels, padding =
+//! kernel − 1)` cut to the input's length).
+//!
+//! It runs on `[B, T, C]` as a sum of `kernel` shifted products over the window
+//! `[state, x]` (time-major, so no transposes), the same whether the step is a prompt or
+//! one token; the last `kernel − 1` inputs stay in the cache as the next step's state.
+
+use crate::kv_cache::KvCache;
+use crate::layers::WeightBytes;
+use crate::loader::WeightSource;
+use kiln::{Result, Tensor};
+
+pub struct CausalConv {
+    /// Tap `j` of every channel, `[channels]` each: the weight `[channels, 1, kernel]` split.
+    taps: Vec<Tensor>,
+}
+
+impl CausalConv {
+    /// The weight `name`, `[channels, 1, kernel]`.
+    pub fn load(src: &mut dyn WeightSource, name: &str, channels: usize, kernel: usize) -> Result<Self> {
+        let weight = src.get(name, &[channels, 1, kernel])?;
+        let taps = (0..kernel)
+            .map(|j| weight.narrow(2, j, 1)?.reshape(&[channels])?.contiguous())
+            .collect::<Result<_>>()?;
+        Ok(CausalConv { taps })
+    }
+
+    pub fn kernel(&self) -> usize {
+        self.taps.len()
+    }
+
+    /// Tap `j`'s weights, `[channels]`.
+    pub fn tap(&self, j: usize) -> &Tensor {
+        &self.taps[j]
+    }
+
+    /// `x` `[B, T, C]` at positions `cache.len()..+T` → `[B, T, C]`; updates the cache's
+    /// convolution state `layer`.
+    pub fn forward(&self, x: &Tensor, cache: &mut KvCache, layer: usize) -> Result<Tensor> {
+        let t = x.size(1)?;
+        let window = cache.conv_window(layer, x)?;
+        let mut y = window.narrow(1, 0, t)?.mul(&self.taps[0])?;
+        for (j, tap) in self.taps.iter().enumerate().skip(1) {
+            y = y.add(&window.narrow(1, j, t)?.mul(tap)?)?;
+        }
+        Ok(y)
+    }
+
+    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+        for t in &self.taps {
+            acc.add_dense(t);
+        }
+    }
+}
