@@ -6,6 +6,7 @@ pub mod decode;
 pub mod fixtures;
 pub mod fp8;
 pub mod harness;
+pub mod linalg_fixtures;
 pub mod linear;
 pub mod peer;
 pub mod plot;

@@ -10,6 +10,7 @@ mod elementwise;
 mod experts;
 mod histogram;
 mod index;
+mod linalg;
 mod loss;
 mod matmul;
 mod nn;

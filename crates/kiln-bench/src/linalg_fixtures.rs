@@ -1,0 +1,78 @@
+//! The `torch.linalg` cases of the fixtures (`inv`, `solve_triangular`, `qr`, `svd`,
+//! `svdvals`, `pinv`, `lstsq`), run through kiln's linalg ops. The SVD case stores only
+//! the singular values, so its factors are checked here: `U diag(S) Vh` rebuilds the
+//! input and U, Vh are orthogonal (their signs are free).
+
+use kiln::{Error, Result, Tensor};
+use serde_json::Value;
+
+/// The ops this module runs (CPU only: kiln has no linalg kernels yet).
+pub const OPS: [&str; 7] = ["inv", "solve_triangular", "qr", "svd", "svdvals", "pinv", "lstsq"];
+
+/// Largest |x − y| over two tensors of one shape.
+fn max_diff(a: &Tensor, b: &Tensor) -> Result<f64> {
+    let (x, y) = (a.to_f64_vec()?, b.to_f64_vec()?);
+    Ok(x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max))
+}
+
+/// Largest |Mᵀ M − I| (or |M Mᵀ − I| with `rows`) over a batch of matrices.
+fn orthogonality_error(m: &Tensor, rows: bool) -> Result<f64> {
+    let mt = m.transpose(-1, -2)?;
+    let g = if rows { m.matmul(&mt)? } else { mt.matmul(m)? };
+    let n = g.size(-1)?;
+    let v = g.to_f64_vec()?;
+    Ok(v.iter()
+        .enumerate()
+        .map(|(k, &x)| (x - if k % n == (k / n) % n { 1.0 } else { 0.0 }).abs())
+        .fold(0.0, f64::max))
+}
+
+/// The case's outputs and the (atol, rtol) to compare them with.
+pub fn compute(op: &str, args: &Value, ins: &[Tensor]) -> Result<(Vec<Tensor>, f64, f64)> {
+    let flag = |k: &str, default: bool| args.get(k).and_then(|v| v.as_bool()).unwrap_or(default);
+    let outputs = match op {
+        "inv" => vec![ins[0].linalg_inv()?],
+        "solve_triangular" => {
+            vec![ins[0].linalg_solve_triangular(
+                &ins[1],
+                flag("upper", false),
+                flag("left", true),
+                flag("unitriangular", false),
+            )?]
+        }
+        "qr" => {
+            let (q, r) = ins[0].linalg_qr()?;
+            vec![q, r]
+        }
+        "svd" => {
+            let a = &ins[0];
+            let (u, s, vh) = a.linalg_svd(flag("full_matrices", true))?;
+            let k = s.size(-1)?;
+            let us = u.narrow(-1, 0, k)?.mul(&s.unsqueeze(-2)?)?;
+            let rebuilt = max_diff(&us.matmul(&vh.narrow(-2, 0, k)?)?, a)?;
+            let scale = a.abs()?.max(&[], false)?.item()?;
+            let tol = if a.dtype() == kiln::DType::F64 { 1e-12 } else { 1e-5 };
+            let ortho = orthogonality_error(&u, false)?.max(orthogonality_error(&vh, true)?);
+            if rebuilt > tol * scale || ortho > tol {
+                return Err(Error::invalid(
+                    "svd",
+                    format!("U S Vh off by {rebuilt:.2e}, orthogonality by {ortho:.2e}"),
+                ));
+            }
+            vec![s]
+        }
+        "svdvals" => vec![ins[0].linalg_svdvals()?],
+        "pinv" => {
+            // The ill-conditioned case keeps σ = 1e-9 beside σ_max = 1e3: any SVD computes
+            // that σ to ± eps · σ_max, 2e-4 of itself, so two correct pinvs differ by that
+            // much in their largest entries. Held to 1e-3 of the largest entry: keeping
+            // σ = 1e-12 (below the cutoff) or dropping σ = 1e-9 is off by far more.
+            let p = ins[0].linalg_pinv()?;
+            let scale = p.abs()?.max(&[], false)?.item()?;
+            return Ok((vec![p], 1e-3 * scale, 0.0));
+        }
+        "lstsq" => vec![ins[0].linalg_lstsq(&ins[1])?],
+        other => return Err(Error::invalid("fixtures", format!("{other} is not a linalg op"))),
+    };
+    Ok((outputs, 1e-5, 1e-4))
+}
