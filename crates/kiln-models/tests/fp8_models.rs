@@ -25,9 +25,9 @@ const CPU: Device = Device::Cpu;
 /// top-2 expert choice (the FP8 expert path itself is checked against dequantised dense
 /// experts in qwen3_moe's unit tests). The per-tensor and block-scale checkpoints measured
 /// 10–27 %. lfm2_moe measured 29 % and qwen3_5_moe 51 % (its random DeltaNet layers
-/// amplify perturbations: see golden.rs). The bounds leave ~1.6× margin over the worst measurement and still fail on a
-/// missing or wrong scale (off by ≥ 100 %), a mis-fused or transposed weight, or a wrong
-/// expert (differences of the order of 2 × max |logit|).
+/// amplify perturbations: see golden.rs). The bounds leave ~1.6× margin over the worst
+/// measurement and still fail on a missing or wrong scale (off by ≥ 100 %), a mis-fused
+/// or transposed weight, or a wrong expert (differences of the order of 2 × max |logit|).
 fn fp8_rel_tol(arch: &str) -> f64 {
     match arch {
         "qwen3_moe" | "lfm2_moe" => 0.45,
