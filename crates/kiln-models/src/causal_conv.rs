@@ -15,20 +15,30 @@ use kiln::{Result, Tensor};
 pub struct CausalConv {
     /// Tap `j` of every channel, `[channels]` each: the weight `[channels, 1, kernel]` split.
     taps: Vec<Tensor>,
+    bias: Option<Tensor>,
 }
 
 impl CausalConv {
-    /// The weight `name`, `[channels, 1, kernel]`.
-    pub fn load(src: &mut dyn WeightSource, name: &str, channels: usize, kernel: usize) -> Result<Self> {
-        let weight = src.get(name, &[channels, 1, kernel])?;
+    /// `{prefix}.weight` `[channels, 1, kernel]` and, with `bias`, `{prefix}.bias` `[channels]`.
+    pub fn load(
+        src: &mut dyn WeightSource,
+        prefix: &str,
+        channels: usize,
+        kernel: usize,
+        bias: bool,
+    ) -> Result<Self> {
+        let weight = src.get(&format!("{prefix}.weight"), &[channels, 1, kernel])?;
         let taps = (0..kernel)
             .map(|j| weight.narrow(2, j, 1)?.reshape(&[channels])?.contiguous())
             .collect::<Result<_>>()?;
-        Ok(CausalConv { taps })
+        let bias = if bias { Some(src.get(&format!("{prefix}.bias"), &[channels])?) } else { None };
+        Ok(CausalConv { taps, bias })
     }
 
-    pub fn kernel(&self) -> usize {
-        self.taps.len()
+    /// The shape of the state it keeps in the cache for `batch` sequences: the last
+    /// `kernel − 1` inputs, `[batch, kernel − 1, channels]`.
+    pub fn state_shape(&self, batch: usize) -> [usize; 3] {
+        [batch, self.taps.len() - 1, self.taps[0].numel()]
     }
 
     /// Tap `j`'s weights, `[channels]`.
@@ -45,11 +55,14 @@ impl CausalConv {
         for (j, tap) in self.taps.iter().enumerate().skip(1) {
             y = y.add(&window.narrow(1, j, t)?.mul(tap)?)?;
         }
-        Ok(y)
+        match &self.bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
     }
 
     pub fn weight_bytes(&self, acc: &mut WeightBytes) {
-        for t in &self.taps {
+        for t in self.taps.iter().chain(&self.bias) {
             acc.add_dense(t);
         }
     }

@@ -32,7 +32,8 @@ pub struct GatedDelta {
     /// `−exp(A_log)` and `dt_bias`, `[value_heads]`, f32.
     neg_a: Tensor,
     dt_bias: Tensor,
-    /// The per-head gated RMS norm's weight `[value_dim]` (plain weight, not 1 + weight).
+    /// The per-head gated RMS norm's weight `[value_dim]` (plain weight, not 1 + weight),
+    /// f32 as the norm runs.
     norm: Tensor,
     eps: f64,
     out_proj: Linear,
@@ -61,19 +62,18 @@ impl GatedDelta {
             in_proj_z: linear(src, "in_proj_z", vd, h)?,
             in_proj_b: linear(src, "in_proj_b", hv, h)?,
             in_proj_a: linear(src, "in_proj_a", hv, h)?,
-            conv: CausalConv::load(src, &format!("{prefix}.conv1d.weight"), c, g.conv_kernel)?,
+            conv: CausalConv::load(src, &format!("{prefix}.conv1d"), c, g.conv_kernel, false)?,
             neg_a,
             dt_bias,
-            norm: src.get(&format!("{prefix}.norm.weight"), &[g.value_dim])?,
+            norm: src.get(&format!("{prefix}.norm.weight"), &[g.value_dim])?.to_dtype(DType::F32)?,
             eps: cfg.rms_norm_eps,
             out_proj: linear(src, "out_proj", h, vd)?,
             dims: g,
         })
     }
 
-    /// Taps of the convolution.
-    pub fn kernel(&self) -> usize {
-        self.conv.kernel()
+    pub fn conv(&self) -> &CausalConv {
+        &self.conv
     }
 
     /// The recurrent state's shape for `batch` sequences: `[B, value_heads, key_dim, value_dim]`.
@@ -120,7 +120,7 @@ impl GatedDelta {
         let o = Tensor::cat(&outs, 2)?.transpose(1, 2)?;
         // Gated RMS norm per head: weight · norm(o) · silu(z), in f32.
         let z = self.in_proj_z.forward(x)?.reshape(&[b, t, hv, dv])?.to_dtype(DType::F32)?;
-        let normed = o.rms_norm(&[dv], Some(&self.norm.to_dtype(DType::F32)?), Some(self.eps))?;
+        let normed = o.rms_norm(&[dv], Some(&self.norm), Some(self.eps))?;
         let y = normed.mul(&z.silu()?)?.to_dtype(x.dtype())?.reshape(&[b, t, hv * dv])?;
         self.out_proj.forward(&y)
     }

@@ -33,16 +33,10 @@ impl KvCache {
         Ok(KvCache { keys: mk()?, values: mk()?, conv: vec![], recurrent: vec![], len: 0, capacity })
     }
 
-    /// Adds the states of `layers` short-convolution layers, each `[batch, width, channels]`
-    /// (`width` = the convolution's taps − 1).
-    pub fn with_conv_states(
-        mut self,
-        layers: usize,
-        shape: [usize; 3],
-        dtype: DType,
-        device: Device,
-    ) -> Result<Self> {
-        self.conv = (0..layers).map(|_| Tensor::zeros(&shape, dtype, device)).collect::<Result<_>>()?;
+    /// Adds one convolution state per shape, `[batch, taps − 1, channels]`, in the order of
+    /// the layers that own them.
+    pub fn with_conv_states(mut self, shapes: &[[usize; 3]], dtype: DType, device: Device) -> Result<Self> {
+        self.conv = shapes.iter().map(|s| Tensor::zeros(s, dtype, device)).collect::<Result<_>>()?;
         Ok(self)
     }
 
@@ -59,22 +53,26 @@ impl KvCache {
         self.capacity
     }
 
-    /// Adds the recurrent states of `layers` linear-attention layers, each of `shape`, f32.
-    pub fn with_recurrent_states(mut self, layers: usize, shape: &[usize], device: Device) -> Result<Self> {
+    /// Adds one f32 recurrent state per shape, in the order of the linear-attention layers.
+    pub fn with_recurrent_states(mut self, shapes: &[[usize; 4]], device: Device) -> Result<Self> {
         self.recurrent =
-            (0..layers).map(|_| Tensor::zeros(shape, DType::F32, device)).collect::<Result<_>>()?;
+            shapes.iter().map(|s| Tensor::zeros(s, DType::F32, device)).collect::<Result<_>>()?;
         Ok(self)
     }
 
-    /// Linear-attention layer `layer`'s recurrent state before this step: zeros at the
-    /// start of a sequence.
-    pub fn recurrent_state(&self, layer: usize) -> Result<Tensor> {
-        let s = &self.recurrent[layer];
+    /// A state as this step starts from it: zeros at the start of a sequence (whatever an
+    /// earlier sequence left), else the state itself.
+    fn carried(&self, state: &Tensor) -> Result<Tensor> {
         if self.len == 0 {
-            Tensor::zeros(s.shape(), s.dtype(), s.device())
+            Tensor::zeros(state.shape(), state.dtype(), state.device())
         } else {
-            Ok(s.clone())
+            Ok(state.clone())
         }
+    }
+
+    /// Linear-attention layer `layer`'s recurrent state before this step.
+    pub fn recurrent_state(&self, layer: usize) -> Result<Tensor> {
+        self.carried(&self.recurrent[layer])
     }
 
     /// Stores linear-attention layer `layer`'s state after this step.
@@ -127,12 +125,7 @@ impl KvCache {
     pub fn conv_window(&mut self, layer: usize, x: &Tensor) -> Result<Tensor> {
         self.step_end(x.size(1)?)?;
         let state = &self.conv[layer];
-        let past = if self.len == 0 {
-            Tensor::zeros(state.shape(), state.dtype(), state.device())?
-        } else {
-            state.clone()
-        };
-        let window = Tensor::cat(&[past, x.clone()], 1)?;
+        let window = Tensor::cat(&[self.carried(state)?, x.clone()], 1)?;
         state.copy_(&window.narrow(1, x.size(1)?, state.shape()[1])?)?;
         Ok(window)
     }

@@ -148,7 +148,8 @@ impl Model {
     }
 
     /// An empty cache for `batch` sequences of up to `capacity` positions: keys and values
-    /// of the attention layers, states of the short-conv layers.
+    /// of the attention layers, convolution states of the short-conv and DeltaNet layers,
+    /// recurrent states of the DeltaNet layers.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         if capacity > self.rope.positions() {
             return Err(Error::invalid(
@@ -158,26 +159,20 @@ impl Model {
         }
         let c = &self.config;
         let (dtype, device) = (self.dtype(), self.device());
-        let (mut attn, mut conv, mut delta) = (0, None, vec![]);
+        let (mut attn, mut conv, mut recurrent) = (0, vec![], vec![]);
         for l in &self.layers {
             match &l.mixer {
                 Mixer::Attention(_) => attn += 1,
-                Mixer::ShortConv(s) => conv = Some((s.kernel(), c.hidden_size)),
-                Mixer::GatedDelta(g) => delta.push(g),
+                Mixer::ShortConv(s) => conv.push(s.conv().state_shape(batch)),
+                Mixer::GatedDelta(g) => {
+                    conv.push(g.conv().state_shape(batch));
+                    recurrent.push(g.state_shape(batch));
+                }
             }
         }
-        let mut cache = KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?;
-        let convs = self.layers.len() - attn;
-        if let Some(g) = delta.first() {
-            conv = Some((g.kernel(), c.gated_delta.as_ref().expect("gated delta layers").conv_channels()));
-            cache = cache.with_recurrent_states(delta.len(), &g.state_shape(batch), device)?;
-        }
-        match conv {
-            Some((kernel, channels)) => {
-                cache.with_conv_states(convs, [batch, kernel - 1, channels], dtype, device)
-            }
-            None => Ok(cache),
-        }
+        KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?
+            .with_conv_states(&conv, dtype, device)?
+            .with_recurrent_states(&recurrent, device)
     }
 
     /// Hidden states after the final norm, `[B, T, H]`, of token ids `[B, T]` placed
@@ -255,8 +250,8 @@ mod tests {
     use crate::config::fixtures_dir;
 
     /// A prompt in two steps, then one token at a time, gives the logits of one whole
-    /// prefill, for every fixture family: the KV cache and the short-conv states carry
-    /// over steps, and a cleared cache starts afresh.
+    /// prefill, for every fixture family: the KV cache and the convolution and DeltaNet
+    /// states carry over steps, and a cleared cache starts afresh.
     #[test]
     fn stepwise_forward_equals_one_prefill() {
         for arch in crate::golden::ARCHS {

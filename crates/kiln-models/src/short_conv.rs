@@ -15,7 +15,6 @@ use kiln::{Error, Result, Tensor};
 pub struct ShortConv {
     in_proj: Linear,
     conv: CausalConv,
-    bias: Option<Tensor>,
     out_proj: Linear,
 }
 
@@ -29,15 +28,13 @@ impl ShortConv {
         let (h, k, b) = (cfg.hidden_size, sc.kernel, sc.bias);
         Ok(ShortConv {
             in_proj: Linear::load(src, &format!("{prefix}.in_proj"), 3 * h, h, b)?,
-            conv: CausalConv::load(src, &format!("{prefix}.conv.weight"), h, k)?,
-            bias: if b { Some(src.get(&format!("{prefix}.conv.bias"), &[h])?) } else { None },
+            conv: CausalConv::load(src, &format!("{prefix}.conv"), h, k, b)?,
             out_proj: Linear::load(src, &format!("{prefix}.out_proj"), h, h, b)?,
         })
     }
 
-    /// Taps of the convolution.
-    pub fn kernel(&self) -> usize {
-        self.conv.kernel()
+    pub fn conv(&self) -> &CausalConv {
+        &self.conv
     }
 
     /// `x` `[B, T, H]` at positions `cache.len()..+T`; updates the cache's state of
@@ -46,10 +43,7 @@ impl ShortConv {
         let h = x.size(2)?;
         let bcx = self.in_proj.forward(x)?;
         let gated = bcx.narrow(-1, 0, h)?.mul(&bcx.narrow(-1, 2 * h, h)?)?;
-        let mut y = self.conv.forward(&gated, cache, layer)?;
-        if let Some(b) = &self.bias {
-            y = y.add(b)?;
-        }
+        let y = self.conv.forward(&gated, cache, layer)?;
         self.out_proj.forward(&bcx.narrow(-1, h, h)?.mul(&y)?)
     }
 
@@ -57,9 +51,6 @@ impl ShortConv {
         self.in_proj.weight_bytes(acc);
         self.out_proj.weight_bytes(acc);
         self.conv.weight_bytes(acc);
-        if let Some(b) = &self.bias {
-            acc.add_dense(b);
-        }
     }
 }
 
@@ -82,7 +73,7 @@ mod tests {
     fn cache(cfg: &Config, capacity: usize) -> KvCache {
         KvCache::new(0, 1, 1, capacity, 1, DType::F64, Device::Cpu)
             .unwrap()
-            .with_conv_states(1, [1, 2, cfg.hidden_size], DType::F64, Device::Cpu)
+            .with_conv_states(&[[1, 2, cfg.hidden_size]], DType::F64, Device::Cpu)
             .unwrap()
     }
 
