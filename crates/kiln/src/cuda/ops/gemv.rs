@@ -342,13 +342,7 @@ pub fn expert_linear(
     let wp = w.ptr() + (wl.offset * size) as u64;
     let v = fit(choose(1, slots * n, k)?, wp, k, size);
     let (x_copy, xp, xs) = x_rows(x, xl, k, slots / per_row, v, dt)?;
-    // The kernel reads contiguous int64 indices; the router's top-k already gives them.
-    let idx_copy = if edt != DType::I64 || !el.is_contiguous() {
-        Some(copy::cast(experts, el, edt, DType::I64)?)
-    } else {
-        None
-    };
-    let ip = idx_copy.as_ref().map_or(experts.ptr() + (el.offset * 8) as u64, |c| c.ptr());
+    let (idx_copy, ip) = super::index::i64_indices(experts, el, edt)?;
     let f = dev.function(
         &GEMV,
         &format!("gemv_experts_{}_b{}_r{}_u{}", suffix("linear", dt)?, v.vec, v.rows, v.unroll),

@@ -1,5 +1,6 @@
-//! Launchers of `kernels/index.cu`. Index tensors are converted to contiguous int64 on
-//! the device first (no host round trip).
+//! Launchers of `kernels/index.cu`. The kernels read contiguous int64 indices: an index
+//! tensor already so is read in place, any other is converted on the device first (no host
+//! round trip).
 
 use super::{copy, dev_of, grid, size_suffix, suffix, Strided, INDEX};
 use crate::cuda::{DeviceBuffer, PushKernelArg};
@@ -7,8 +8,20 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::{DType, Device};
 
-fn as_i64(idx: &DeviceBuffer, li: &Layout, idt: DType) -> Result<DeviceBuffer> {
-    copy::cast(idx, li, idt, DType::I64)
+/// The device address of `idx` (`li`, `idt`) as contiguous int64: its own memory when it
+/// already is (the router's top-k gives such indices), else a converted copy, returned to be
+/// kept alive until the launch that reads it is enqueued.
+pub(crate) fn i64_indices(
+    idx: &DeviceBuffer,
+    li: &Layout,
+    idt: DType,
+) -> Result<(Option<DeviceBuffer>, u64)> {
+    if idt == DType::I64 && li.is_contiguous() {
+        return Ok((None, idx.ptr() + (li.offset * 8) as u64));
+    }
+    let c = copy::cast(idx, li, idt, DType::I64)?;
+    let p = c.ptr();
+    Ok((Some(c), p))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -29,10 +42,10 @@ fn gather_like(
     if n == 0 {
         return Ok(o);
     }
-    let i64s = as_i64(idx, li, idt)?;
+    let (_i64_copy, ip) = i64_indices(idx, li, idt)?;
     let f = dev.function(&INDEX, &format!("{kernel}_{}", size_suffix(dt)))?;
     let (sx, so) = (Strided::exact(lx)?, Strided::exact(&Layout::contiguous(out_shape))?);
-    let (xp, ip, op_, d, n64) = (x.ptr(), i64s.ptr(), o.ptr(), dim as i32, n as i64);
+    let (xp, op_, d, n64) = (x.ptr(), o.ptr(), dim as i32, n as i64);
     // SAFETY: reads `x` only at in-range coordinates (out-of-range indices give 0),
     // reads n (gather) or out_shape[dim] (index_select) indices, writes n elements.
     unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, d, ip, so, op_, n64)? };
@@ -79,10 +92,9 @@ pub fn take(
     if n == 0 {
         return Ok(o);
     }
-    let i64s = as_i64(idx, li, idt)?;
+    let (_i64_copy, ip) = i64_indices(idx, li, idt)?;
     let f = dev.function(&INDEX, &format!("take_{}", size_suffix(dt)))?;
-    let (xp, sx, ip, op_, n64, numel) =
-        (x.ptr(), Strided::of(lx)?, i64s.ptr(), o.ptr(), n as i64, lx.numel() as i64);
+    let (xp, sx, op_, n64, numel) = (x.ptr(), Strided::of(lx)?, o.ptr(), n as i64, lx.numel() as i64);
     // SAFETY: reads n indices and `x` only at in-range flat positions; writes n elements.
     unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, ip, op_, n64, numel)? };
     Ok(o)
@@ -105,7 +117,7 @@ pub fn put(
     if n == 0 {
         return Ok(());
     }
-    let i64s = as_i64(idx, li, idt)?;
+    let (_i64_copy, ip) = i64_indices(idx, li, idt)?;
     let name = if accumulate {
         let s = match dt {
             DType::I64 | DType::U64 => "i64",
@@ -123,8 +135,8 @@ pub fn put(
         format!("put_{}", size_suffix(dt))
     };
     let f = dev.function(&INDEX, &name)?;
-    let (xp, sx, ip, sp, ss, n64, numel) =
-        (x.ptr(), Strided::of(lx)?, i64s.ptr(), src.ptr(), Strided::of(ls)?, n as i64, lx.numel() as i64);
+    let (xp, sx, sp, ss, n64, numel) =
+        (x.ptr(), Strided::of(lx)?, src.ptr(), Strided::of(ls)?, n as i64, lx.numel() as i64);
     // SAFETY: writes `x` only at in-range flat positions of its view; reads n indices
     // and n source elements.
     unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, ip, sp, ss, n64, numel)? };
