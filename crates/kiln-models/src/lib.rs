@@ -1,6 +1,6 @@
 //! Model families built on kiln tensors: Hugging Face checkpoint loading (config,
 //! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a
-//! pre-allocated KV cache, on-device sampling and the generate loop.
+//! pre-allocated KV cache, on-device sampling and the generate loop; the Wan video VAE.
 
 pub mod causal_conv;
 pub mod chat;
@@ -16,6 +16,7 @@ pub mod qwen3_moe;
 pub mod sampling;
 pub mod short_conv;
 pub mod tokenizer;
+pub mod wan_vae;
 
 pub use config::{Arch, Config, GenerationConfig};
 pub use generate::{generate, GenerateOptions, GenerateStats};

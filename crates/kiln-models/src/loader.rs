@@ -98,10 +98,16 @@ pub struct CheckpointSource {
 impl CheckpointSource {
     /// Opens `dir`'s `model.safetensors` (or shards); weights convert to `dtype` on load.
     pub fn open(dir: &Path, device: Device, dtype: DType) -> Result<Self> {
+        Self::open_named(dir, "model", device, dtype)
+    }
+
+    /// As [`open`](CheckpointSource::open) for `{stem}.safetensors` (diffusers:
+    /// `diffusion_pytorch_model`).
+    pub fn open_named(dir: &Path, stem: &str, device: Device, dtype: DType) -> Result<Self> {
         if !dtype.is_float() {
             return Err(Error::DTypeNotSupported { op: "load", got: dtype, expected: "a floating dtype" });
         }
-        let ck = Checkpoint::open(dir)?;
+        let ck = Checkpoint::open_named(dir, stem)?;
         let bar = ProgressBar::new(ck.total_bytes() as u64);
         bar.set_style(
             ProgressStyle::with_template("loading {bar:40} {binary_bytes}/{binary_total_bytes} {msg}")

@@ -1,13 +1,14 @@
 //! The fixture models on cuda:0: transformers' prefill logits and greedy tokens with
 //! weights in f32 (the fixture tolerances) and in bf16 (bf16 tolerances), through the
-//! same `golden::check` that `cargo test` runs on the CPU. Without a GPU: "skipped".
+//! same `golden::check` that `cargo test` runs on the CPU; and the Wan VAEs against
+//! diffusers by PSNR through `wan_vae::check`. Without a GPU: "skipped".
 
 #[path = "../../kiln/tests/common/mod.rs"]
 mod common;
 
 use common::Ctx;
 use kiln::DType;
-use kiln_models::golden;
+use kiln_models::{golden, wan_vae};
 
 fn case(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let dir = kiln_models::config::fixtures_dir().join("models").join(arch);
@@ -16,23 +17,34 @@ fn case(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     golden::verdict(&r, dtype)
 }
 
+/// A Wan VAE fixture through the same `wan_vae::check` as the CPU test.
+fn vae(name: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
+    let dir = kiln_models::config::fixtures_dir().join("vae").join(name);
+    let r = wan_vae::check(&dir, cx.gpu, dtype).map_err(common::e)?;
+    println!("      {name} {dtype}: PSNR {:.1} / {:.1} / {:.1} dB", r.decoded, r.encoded, r.roundtrip);
+    wan_vae::verdict(&r, dtype)
+}
+
 macro_rules! cases {
-    ($($name:ident => $arch:literal, $dt:ident;)*) => {
-        $(fn $name(cx: &mut Ctx) -> Result<(), String> { case($arch, DType::$dt, cx) })*
+    ($($name:ident => $f:ident($arch:literal, $dt:ident);)*) => {
+        $(fn $name(cx: &mut Ctx) -> Result<(), String> { $f($arch, DType::$dt, cx) })*
         const CASES: &[common::Case] = &[$((stringify!($name), $name)),*];
     };
 }
 
 cases! {
-    llama_f32 => "llama", F32;
-    qwen3_f32 => "qwen3", F32;
-    qwen3_moe_f32 => "qwen3_moe", F32;
-    lfm2_moe_f32 => "lfm2_moe", F32;
-    qwen3_5_moe_f32 => "qwen3_5_moe", F32;
-    llama_bf16 => "llama", BF16;
-    qwen3_bf16 => "qwen3", BF16;
-    qwen3_moe_bf16 => "qwen3_moe", BF16;
-    lfm2_moe_bf16 => "lfm2_moe", BF16;
+    llama_f32 => case("llama", F32);
+    qwen3_f32 => case("qwen3", F32);
+    qwen3_moe_f32 => case("qwen3_moe", F32);
+    lfm2_moe_f32 => case("lfm2_moe", F32);
+    qwen3_5_moe_f32 => case("qwen3_5_moe", F32);
+    llama_bf16 => case("llama", BF16);
+    qwen3_bf16 => case("qwen3", BF16);
+    qwen3_moe_bf16 => case("qwen3_moe", BF16);
+    lfm2_moe_bf16 => case("lfm2_moe", BF16);
+    wan21_vae_f32 => vae("wan21_vae_tiny", F32);
+    wan22_vae_f32 => vae("wan22_vae_tiny", F32);
+    wan22_vae_bf16 => vae("wan22_vae_tiny", BF16);
 }
 
 fn main() -> std::process::ExitCode {

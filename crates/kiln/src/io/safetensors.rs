@@ -136,9 +136,17 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// transformers' layout: `model.safetensors` or its index.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_named(dir, "model")
+    }
+
+    /// `{stem}.safetensors` or `{stem}.safetensors.index.json`: diffusers names its
+    /// files `diffusion_pytorch_model`.
+    pub fn open_named(dir: impl AsRef<Path>, stem: &str) -> Result<Self> {
         let dir = dir.as_ref();
-        let index_path = dir.join("model.safetensors.index.json");
+        let single = format!("{stem}.safetensors");
+        let index_path = dir.join(format!("{single}.index.json"));
         let shard_names: Vec<String> = if index_path.exists() {
             let text = std::fs::read_to_string(&index_path)
                 .map_err(|e| Error::Io { path: index_path.display().to_string(), source: e })?;
@@ -151,10 +159,10 @@ impl Checkpoint {
             s.sort();
             s.dedup();
             s
-        } else if dir.join("model.safetensors").exists() {
-            vec!["model.safetensors".into()]
+        } else if dir.join(&single).exists() {
+            vec![single]
         } else {
-            return Err(file_err(dir, "no model.safetensors or model.safetensors.index.json"));
+            return Err(file_err(dir, format!("no {single} or {single}.index.json")));
         };
         let mut files = Vec::new();
         let mut index = HashMap::new();
