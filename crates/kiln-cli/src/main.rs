@@ -1,4 +1,4 @@
-//! `kiln`: info, check, bench, generate.
+//! `kiln`: info, check, bench, generate, vae.
 
 use clap::{Parser, Subcommand};
 use kiln::Device;
@@ -59,6 +59,9 @@ enum Cmd {
     },
     /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe, lfm2_moe, qwen3_5_moe_text).
     Generate(GenerateArgs),
+    /// Encode video to latents or decode latents to video with a Wan VAE folder (diffusers
+    /// AutoencoderKLWan: config.json, diffusion_pytorch_model.safetensors).
+    Vae(VaeArgs),
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {
         /// Comma-separated target architectures, e.g. sm_80,sm_90a.
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Generate(args) => generate(args),
+        Cmd::Vae(args) => vae(args),
     };
     match r {
         Ok(code) => code,
@@ -252,11 +256,7 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
     use std::io::Write;
     let device = Device::parse(&a.device)?;
-    let dtype = match a.dtype.as_str() {
-        "bf16" => kiln::DType::BF16,
-        "f32" => kiln::DType::F32,
-        other => return Err(kiln::Error::invalid("generate", format!("--dtype {other:?} (bf16, f32)"))),
-    };
+    let dtype = parse_dtype("generate", &a.dtype)?;
     let quantize = kiln_models::Quantize::parse(&a.quantize).map_err(|_| {
         kiln::Error::invalid(
             "generate",
@@ -318,5 +318,90 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         stats.decode_steps,
         stats.decode_tokens_per_sec()
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--dtype` of the model commands: bf16 or f32.
+fn parse_dtype(op: &'static str, s: &str) -> kiln::Result<kiln::DType> {
+    match s {
+        "bf16" => Ok(kiln::DType::BF16),
+        "f32" => Ok(kiln::DType::F32),
+        other => Err(kiln::Error::invalid(op, format!("--dtype {other:?} (bf16, f32)"))),
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum VaeDirection {
+    /// Video [B, 3, 1 + 4k, H, W] in [-1, 1] → latent mean [B, z_dim, 1 + k, H/s, W/s].
+    Encode,
+    /// Latents [B, z_dim, T, h, w] → video [B, 3, 1 + 4(T − 1), h·s, w·s] in [-1, 1].
+    Decode,
+}
+
+#[derive(clap::Args)]
+struct VaeArgs {
+    direction: VaeDirection,
+    /// Model folder: config.json, diffusion_pytorch_model.safetensors.
+    #[arg(long)]
+    model: PathBuf,
+    /// A safetensors file holding the input tensor.
+    #[arg(long)]
+    input: PathBuf,
+    /// Which tensor of --input (default: its only one).
+    #[arg(long)]
+    tensor: Option<String>,
+    /// Where to write the result (as f32, named "latents" or "video").
+    #[arg(long)]
+    output: PathBuf,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Weights and activations: bf16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+}
+
+/// Runs the VAE on one tensor; the time (and on a GPU the memory peaks) go to stderr.
+fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
+    use kiln_models::wan_vae::WanVae;
+    let device = Device::parse(&a.device)?;
+    let dtype = parse_dtype("vae", &a.dtype)?;
+    let inputs = kiln::io::safetensors::load(&a.input, Device::Cpu)?;
+    let file_err = |msg: String| kiln::Error::File { path: a.input.display().to_string(), msg };
+    let x = match &a.tensor {
+        Some(name) => inputs.get(name).ok_or_else(|| file_err(format!("no tensor {name:?}")))?,
+        None if inputs.len() == 1 => inputs.values().next().expect("one tensor"),
+        None => {
+            let mut names: Vec<&String> = inputs.keys().collect();
+            names.sort();
+            return Err(file_err(format!("{} tensors ({names:?}); name one with --tensor", names.len())));
+        }
+    };
+    if let (Device::Cpu, Err(why)) = (device, kiln::cuda::availability()) {
+        eprintln!("running on the CPU: no GPU in use ({why})");
+    }
+    let cuda = match device {
+        Device::Cuda(i) => Some(kiln::cuda::device(i)?),
+        Device::Cpu => None,
+    };
+    let probe = cuda.as_ref().map(|d| d.driver_peak_probe()).transpose()?;
+    let vae = WanVae::load(&a.model, device, dtype)?;
+    let t0 = std::time::Instant::now();
+    let (y, name) = match a.direction {
+        VaeDirection::Encode => (vae.encode(&x.to_device(device)?)?, "latents"),
+        VaeDirection::Decode => (vae.decode(&x.to_device(device)?)?, "video"),
+    };
+    let y = y.to_dtype(kiln::DType::F32)?.to_device(Device::Cpu)?;
+    eprintln!("{name} {:?} in {:.2} s on {device} ({dtype})", y.shape(), t0.elapsed().as_secs_f64());
+    if let (Some(d), Some(p)) = (cuda, probe) {
+        let m = d.memory_stats();
+        eprintln!(
+            "memory: peak live {} B, peak reserved {} B, peak driver-used {} B",
+            m.peak_live_bytes,
+            m.peak_reserved_bytes,
+            p.finish()
+        );
+    }
+    kiln::io::safetensors::save(&a.output, &[(name, &y)])?;
     Ok(ExitCode::SUCCESS)
 }
