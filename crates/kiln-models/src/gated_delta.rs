@@ -12,15 +12,17 @@
 //! heads shared by `value_heads / key_heads` value heads. The output is RMS-normalised per
 //! head, gated by `silu(in_proj_z(x))`, then `out_proj`.
 //!
-//! The recurrence runs token by token in f32, as transformers' recurrent form does (its
-//! chunked prompt form computes the same function). Made of kiln ops: a reference for a
-//! dedicated kernel, and slow on long prompts (several ops a token).
+//! All in f32, made of kiln ops (so on every device they run on). A single token steps the
+//! recurrence; a prompt runs transformers' chunked form: within a chunk of up to 64 tokens
+//! the updates are condensed into matmuls (the UT transform), and only the state passes
+//! from chunk to chunk, so the op count grows with T / 64 instead of with T.
 
 use crate::causal_conv::CausalConv;
 use crate::config::{Config, GatedDeltaConfig};
 use crate::kv_cache::KvCache;
 use crate::layers::{Linear, WeightBytes};
 use crate::loader::WeightSource;
+use kiln::ops::PadMode;
 use kiln::{DType, Error, Result, Tensor};
 
 pub struct GatedDelta {
@@ -100,24 +102,14 @@ impl GatedDelta {
         let v = qkv.narrow(-1, 2 * hk * dk, hv * dv)?.reshape(&[b, t, hv, dv])?;
         let beta = self.in_proj_b.forward(x)?.to_dtype(DType::F32)?.sigmoid()?;
         let a = self.in_proj_a.forward(x)?.to_dtype(DType::F32)?.add(&self.dt_bias)?;
-        let decay = softplus(&a)?.mul(&self.neg_a)?.exp()?;
+        let log_decay = softplus(&a)?.mul(&self.neg_a)?;
 
-        let mut state = cache.recurrent_state(layer)?;
-        let mut outs = Vec::with_capacity(t);
-        for s in 0..t {
-            // Per (batch, head): column vectors `[.., dk, 1]`, row vectors `[.., 1, dv]`.
-            let step = |y: &Tensor, d: usize| y.narrow(1, s, 1)?.reshape(&[b, hv, d]);
-            let (qs, ks, vs) = (step(&q, dk)?, step(&k, dk)?, step(&v, dv)?);
-            let (bs, ds) = (step(&beta, 1)?, step(&decay, 1)?.unsqueeze(-1)?);
-            state = state.mul(&ds)?;
-            let ks_row = ks.unsqueeze(-2)?;
-            let remembered = ks_row.matmul(&state)?.squeeze(-2)?;
-            let delta = vs.sub(&remembered)?.mul(&bs)?;
-            state = state.add(&ks.unsqueeze(-1)?.matmul(&delta.unsqueeze(-2)?)?)?;
-            outs.push(qs.unsqueeze(-2)?.matmul(&state)?);
-        }
+        let state = cache.recurrent_state(layer)?;
+        let (o, state) = match t {
+            1 => recurrent_step(&q, &k, &v, &beta, &log_decay, state)?,
+            _ => chunked(&q, &k, &v, &beta, &log_decay, state)?,
+        };
         cache.set_recurrent_state(layer, &state)?;
-        let o = Tensor::cat(&outs, 2)?.transpose(1, 2)?;
         // Gated RMS norm per head: weight · norm(o) · silu(z), in f32.
         let z = self.in_proj_z.forward(x)?.reshape(&[b, t, hv, dv])?.to_dtype(DType::F32)?;
         let normed = o.rms_norm(&[dv], Some(&self.norm), Some(self.eps))?;
@@ -136,6 +128,121 @@ impl GatedDelta {
     }
 }
 
+/// One token (`[B, 1, H, d]` inputs, `beta` and log-decay `g` `[B, 1, H]`) through the
+/// recurrence of the module docs; the output is `[B, 1, H, dv]`.
+fn recurrent_step(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    beta: &Tensor,
+    g: &Tensor,
+    state: Tensor,
+) -> Result<(Tensor, Tensor)> {
+    // Per (batch, head): column vectors `[.., d, 1]`, a row vector `[.., 1, dv]`, scalars `[.., 1, 1]`.
+    let col = |y: &Tensor| y.squeeze(1)?.unsqueeze(-1);
+    let (qs, ks, vs) = (col(q)?, col(k)?, v.squeeze(1)?.unsqueeze(-2)?);
+    let (bs, ds) = (col(beta)?.unsqueeze(-1)?, col(&g.exp()?)?.unsqueeze(-1)?);
+    let state = state.mul(&ds)?;
+    let remembered = ks.transpose(-1, -2)?.matmul(&state)?;
+    let delta = vs.sub(&remembered)?.mul(&bs)?;
+    let state = state.add(&ks.matmul(&delta)?)?;
+    let o = qs.transpose(-1, -2)?.matmul(&state)?.transpose(1, 2)?;
+    Ok((o, state))
+}
+
+/// Tokens per chunk of the prompt form (transformers' and the FLA kernels' choice).
+const CHUNK: usize = 64;
+
+/// The gated delta rule over `T > 1` tokens, transformers' `torch_chunk_gated_delta_rule`:
+/// inputs `[B, T, H, d]`, `beta` and log-decay `g` `[B, T, H]`, the state `[B, H, dk, dv]`.
+/// Within a chunk the delta updates' interactions form a unit lower-triangular system
+/// (`I + L`, `L = tril(β k kᵀ ⊙ decay, −1)`), solved once for the values and the decayed
+/// keys; the loop then only carries the state across chunks.
+fn chunked(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    beta: &Tensor,
+    g: &Tensor,
+    state: Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let (b, t, h) = (q.size(0)?, q.size(1)?, q.size(2)?);
+    let c = t.min(CHUNK);
+    let n = t.div_ceil(c);
+    // Heads first, time padded (with zeros: no update, no decay) to whole chunks.
+    let chunks = |x: &Tensor| -> Result<Tensor> {
+        let d = x.size(3)?;
+        x.transpose(1, 2)?
+            .pad(&[0, 0, 0, (n * c - t) as isize], PadMode::Constant(0.0))?
+            .reshape(&[b, h, n, c, d])
+    };
+    let per_token = |x: &Tensor| chunks(&x.unsqueeze(-1)?);
+    let (q, k, v, beta, g) = (chunks(q)?, chunks(k)?, chunks(v)?, per_token(beta)?, per_token(g)?);
+    let tri = Triangles::new(c, q.device())?;
+    // cum[i] = Σ_{j ≤ i} g[j] within the chunk; decay[i, j] = exp(cum[i] − cum[j]) for j ≤ i.
+    let cum = g.transpose(-1, -2)?.matmul(&tri.upper_ones)?.transpose(-1, -2)?;
+    let zero = Tensor::zeros(&[], DType::F32, q.device())?;
+    let decay = Tensor::where_cond(&tri.lower, &cum.sub(&cum.transpose(-1, -2)?)?.exp()?, &zero)?;
+    let (k_beta, v_beta) = (k.mul(&beta)?, v.mul(&beta)?);
+    let kt = k.transpose(-1, -2)?;
+    let solve = unit_lower_inverse(&k_beta.matmul(&kt)?.mul(&decay)?, &tri.eye)?;
+    let new_values = solve.matmul(&v_beta)?;
+    let k_cumdecay = solve.matmul(&k_beta.mul(&cum.exp()?)?)?;
+    let intra = q.matmul(&kt)?.mul(&decay)?;
+    let last = cum.narrow(3, c - 1, 1)?;
+    let q_decayed = q.mul(&cum.exp()?)?;
+    let k_to_end = k.mul(&last.sub(&cum)?.exp()?)?;
+    let chunk_decay = last.exp()?;
+
+    let mut state = state;
+    let mut outs = Vec::with_capacity(n);
+    for i in 0..n {
+        let at = |x: &Tensor| x.narrow(2, i, 1)?.squeeze(2);
+        let v_new = at(&new_values)?.sub(&at(&k_cumdecay)?.matmul(&state)?)?;
+        outs.push(at(&q_decayed)?.matmul(&state)?.add(&at(&intra)?.matmul(&v_new)?)?);
+        state = state.mul(&at(&chunk_decay)?)?.add(&at(&k_to_end)?.transpose(-1, -2)?.matmul(&v_new)?)?;
+    }
+    let dv = v.size(4)?;
+    let o = Tensor::stack(&outs, 2)?.reshape(&[b, h, n * c, dv])?.narrow(2, 0, t)?.transpose(1, 2)?;
+    Ok((o, state))
+}
+
+/// The masks and constant matrices of one chunk size, built on the device.
+struct Triangles {
+    /// `j ≤ i` (bool).
+    lower: Tensor,
+    /// `[i ≤ j]` as f32: a row vector times it is its running sum.
+    upper_ones: Tensor,
+    eye: Tensor,
+}
+
+impl Triangles {
+    fn new(c: usize, device: kiln::Device) -> Result<Self> {
+        let idx = Tensor::arange(0.0, c as f64, 1.0, DType::F32, device)?;
+        let (i, j) = (idx.reshape(&[c, 1])?, idx.reshape(&[1, c])?);
+        Ok(Triangles {
+            lower: j.le(&i)?,
+            upper_ones: i.le(&j)?.to_dtype(DType::F32)?,
+            eye: i.eq(&j)?.to_dtype(DType::F32)?,
+        })
+    }
+}
+
+/// `(I + L)⁻¹` for `L` the strictly lower triangle of `a` `[.., C, C]` (what lies on and
+/// above the diagonal is not read), by forward substitution, a row at a time:
+/// `T[i] = e_i − L[i, :i] · T[:i]`. C steps of a few ops over all chunks and heads at once.
+fn unit_lower_inverse(a: &Tensor, eye: &Tensor) -> Result<Tensor> {
+    let c = eye.size(0)?;
+    let mut rows =
+        eye.narrow(0, 0, 1)?.broadcast_to(&[&a.shape()[..a.rank() - 2], &[1, c]].concat())?.contiguous()?;
+    for i in 1..c {
+        let l = a.narrow(-2, i, 1)?.narrow(-1, 0, i)?;
+        let row = eye.narrow(0, i, 1)?.sub(&l.matmul(&rows)?)?;
+        rows = Tensor::cat(&[rows, row], -2)?;
+    }
+    Ok(rows)
+}
+
 /// `x / sqrt(Σ x² + 1e-6)` over the last dim (the FLA library's l2norm, as transformers).
 fn l2norm(x: &Tensor) -> Result<Tensor> {
     x.mul(&x.square()?.sum(&[-1], true)?.add_scalar(1e-6)?.rsqrt()?)
@@ -144,4 +251,43 @@ fn l2norm(x: &Tensor) -> Result<Tensor> {
 /// `log(1 + exp(x))`, as `max(x, 0) + log(1 + exp(−|x|))` so large `x` cannot overflow.
 fn softplus(x: &Tensor) -> Result<Tensor> {
     x.relu()?.add(&x.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln::Device;
+
+    /// The prompt form over several chunks (the last one padded), from a non-zero state,
+    /// against the recurrence a token at a time: the same outputs and final state.
+    #[test]
+    fn chunked_equals_token_by_token() {
+        let (b, t, h, dk, dv) = (2, 2 * CHUNK + 22, 3, 8, 5);
+        let rand = |shape: &[usize], seed| Tensor::randn(shape, seed, DType::F32, Device::Cpu).unwrap();
+        let q = l2norm(&rand(&[b, t, h, dk], 1)).unwrap();
+        let k = l2norm(&rand(&[b, t, h, dk], 2)).unwrap();
+        let v = rand(&[b, t, h, dv], 3);
+        let beta = rand(&[b, t, h], 4).sigmoid().unwrap();
+        // Decays between exp(−2) and 1, as softplus · −exp(A_log) gives.
+        let g = rand(&[b, t, h], 5).sigmoid().unwrap().mul_scalar(-2.0).unwrap();
+        let state0 = rand(&[b, h, dk, dv], 6);
+
+        let (o, state) = chunked(&q, &k, &v, &beta, &g, state0.clone()).unwrap();
+        let mut s = state0;
+        let mut outs = Vec::new();
+        for i in 0..t {
+            let at = |x: &Tensor| x.narrow(1, i, 1).unwrap();
+            let (oi, si) = recurrent_step(&at(&q), &at(&k), &at(&v), &at(&beta), &at(&g), s).unwrap();
+            outs.push(oi);
+            s = si;
+        }
+        let want = Tensor::cat(&outs, 1).unwrap();
+        assert_eq!(o.shape(), want.shape());
+        let err = |a: &Tensor, b: &Tensor| {
+            a.sub(b).unwrap().abs().unwrap().max(&[], false).unwrap().to_vec::<f32>().unwrap()[0]
+        };
+        let scale = want.abs().unwrap().max(&[], false).unwrap().to_vec::<f32>().unwrap()[0];
+        assert!(err(&o, &want) < 1e-4 * scale, "outputs off by {} (max {scale})", err(&o, &want));
+        assert!(err(&state, &s) < 1e-4 * scale.max(1.0), "state off by {}", err(&state, &s));
+    }
 }
