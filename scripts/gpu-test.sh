@@ -5,7 +5,7 @@
 #   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
 #             kiln generate on the fixture llama
 #   bench:    `kiln bench` (the default set: every suite, PyTorch peers in the same call)
-#             with charts, and decode for every preset; JSON in results/
+#             with charts, decode for every preset, the Wan VAEs; JSON in results/
 #   sanitize: compute-sanitizer memcheck over the gpu_* binaries, racecheck on reductions
 #   profile:  ncu over the reductions suite's small-row kernels and the fp8 decode kernel
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
@@ -48,6 +48,8 @@ bench() {
   run decode_all 300 .gpu/kiln bench --suite decode --preset all --json "$RES/decode-all.json"
   # FP8 weights (--quantize fp8 on load) beside the bf16 figures above: tokens/s and memory.
   run decode_fp8 300 .gpu/kiln bench --suite decode --preset llama-3.1-8b-fp8 --json "$RES/decode-fp8.json"
+  # The Wan VAEs at their released widths on 9 frames of 480×832: seconds and memory peaks.
+  run vae 300 .gpu/kiln bench --suite vae --json "$RES/vae.json"
 }
 profile() {
   # Nsight Compute (clocks untouched) on the kernels that sit far above their floor, one

@@ -20,7 +20,7 @@ for line in sys.stdin:
         shutil.copy(m["executable"], os.path.join(os.environ["S"], "tests", name))
 '
 cp ../shared/fixtures/ops.json ../shared/fixtures/ops.safetensors "$S"/fixtures/
-cp -r ../shared/fixtures/models "$S"/fixtures/ 2>/dev/null || true
+cp -r ../shared/fixtures/models ../shared/fixtures/vae "$S"/fixtures/ 2>/dev/null || true
 [ -d bench ] && cp bench/*.py "$S"/ 2>/dev/null || true
 find "$S"/tests -type f ! -name 'gpu_*' ! -name 'kiln-lib' -delete
 strip "$S"/kiln "$S"/tests/* 2>/dev/null || true

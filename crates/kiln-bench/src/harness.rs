@@ -66,10 +66,11 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "fp8" => crate::fp8::run(opts.peer),
         "decode" => crate::decode::run(opts.preset),
         "memory" => crate::decode::memory(opts.preset),
+        "vae" => crate::vae::run(device),
         other => Err(Error::invalid(
             "bench",
             format!(
-                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, ops, decode, memory, correctness, default, all)"
+                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, ops, decode, memory, vae, correctness, default, all)"
             ),
         )),
     }

@@ -15,3 +15,4 @@ pub mod reductions;
 pub mod report;
 pub mod runtime;
 pub mod timing;
+pub mod vae;
