@@ -28,6 +28,7 @@ const BANDWIDTH: f64 = 4.1e12;
 
 fn base(arch: Arch) -> Config {
     Config {
+        weight_prefix: "model",
         arch,
         hidden_size: 4096,
         intermediate_size: 12288,

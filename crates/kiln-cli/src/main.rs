@@ -57,7 +57,8 @@ enum Cmd {
         #[arg(long)]
         peer: Option<String>,
     },
-    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe, lfm2_moe, qwen3_5_moe_text).
+    /// Generate text with a Hugging Face model folder (llama, qwen3, qwen3_moe, lfm2_moe,
+    /// qwen3_5_moe_text, or a multimodal qwen3_5_moe's text model).
     Generate(GenerateArgs),
     /// Encode video to latents or decode latents to video with a Wan VAE folder (diffusers
     /// AutoencoderKLWan: config.json, diffusion_pytorch_model.safetensors).

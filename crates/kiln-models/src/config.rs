@@ -22,7 +22,8 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const SUPPORTED: &'static str = "llama, qwen3, qwen3_moe, lfm2_moe, qwen3_5_moe_text";
+    pub const SUPPORTED: &'static str =
+        "llama, qwen3, qwen3_moe, lfm2_moe, qwen3_5_moe_text (and qwen3_5_moe's text model)";
 
     fn from_model_type(t: &str) -> Option<Arch> {
         Some(match t {
@@ -44,7 +45,7 @@ impl Arch {
             mlp: ["gate_proj", "up_proj", "down_proj"],
             attn_out: "o_proj",
             qk_norm: ["q_norm", "k_norm"],
-            final_norm: "model.norm",
+            final_norm: "norm",
         };
         const LFM2: WeightNames = WeightNames {
             input_norm: "operator_norm",
@@ -53,7 +54,7 @@ impl Arch {
             mlp: ["w1", "w3", "w2"],
             attn_out: "out_proj",
             qk_norm: ["q_layernorm", "k_layernorm"],
-            final_norm: "model.embedding_norm",
+            final_norm: "embedding_norm",
         };
         match self {
             Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen35Moe => &LLAMA,
@@ -62,7 +63,7 @@ impl Arch {
     }
 }
 
-/// The names a family gives its per-layer weights (under `model.layers.{i}.`), where the
+/// The names a family gives its per-layer weights (under `{prefix}.layers.{i}.`), where the
 /// families share a structure: pre-norm mixer (attention or short conv) and feed-forward
 /// blocks, each added to the residual stream.
 #[derive(Debug, PartialEq, Eq)]
@@ -77,7 +78,7 @@ pub struct WeightNames {
     /// Attention's output projection, and its query / key head norms.
     pub attn_out: &'static str,
     pub qk_norm: [&'static str; 2],
-    /// The norm after the last layer (a full name).
+    /// The norm after the last layer (under the decoder's prefix).
     pub final_norm: &'static str,
 }
 
@@ -179,6 +180,9 @@ impl GatedDeltaConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub arch: Arch,
+    /// Where the decoder's weights live: `model` (`model.embed_tokens`, `model.layers.{i}`,
+    /// …), or `model.language_model` in a multimodal checkpoint; `lm_head` is top-level.
+    pub weight_prefix: &'static str,
     pub hidden_size: usize,
     /// Hidden size of the dense MLP.
     pub intermediate_size: usize,
@@ -287,6 +291,32 @@ struct RawConfig {
     eos_token_id: Value,
 }
 
+/// Multimodal checkpoints whose text model kiln runs: the wrapper's `model_type`, the text
+/// model's, and where the text model's weights live (the vision tower's are not read).
+const MULTIMODAL: [(&str, &str, &str); 1] = [("qwen3_5_moe", "qwen3_5_moe_text", "model.language_model")];
+
+/// The text model's config and weight prefix: a multimodal wrapper's `text_config`, which
+/// inherits the keys the wrapper states once for the whole model; else `config` itself.
+fn text_model(config: Value) -> std::result::Result<(Value, &'static str), String> {
+    let wrapper =
+        config.get("model_type").and_then(Value::as_str).and_then(|t| MULTIMODAL.iter().find(|m| m.0 == t));
+    let Some(&(outer, inner, prefix)) = wrapper else {
+        return Ok((config, "model"));
+    };
+    let mut text = config
+        .get("text_config")
+        .filter(|t| t.is_object())
+        .cloned()
+        .ok_or_else(|| format!("model_type {outer:?} without a \"text_config\" object"))?;
+    for key in ["tie_word_embeddings", "eos_token_id", "dtype", "torch_dtype", "architectures"] {
+        if let (None, Some(v)) = (text.get(key), config.get(key)) {
+            text[key] = v.clone();
+        }
+    }
+    text["model_type"] = inner.into();
+    Ok((text, prefix))
+}
+
 fn read_json(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })
 }
@@ -310,7 +340,9 @@ impl Config {
     }
 
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let (text_config, weight_prefix) =
+            text_model(serde_json::from_str(text).map_err(|e| e.to_string())?)?;
+        let raw: RawConfig = serde_json::from_value(text_config).map_err(|e| e.to_string())?;
         let model_type = raw.model_type.clone().ok_or("missing \"model_type\"")?;
         let arch = Arch::from_model_type(&model_type).ok_or_else(|| {
             format!(
@@ -415,6 +447,7 @@ impl Config {
         }
         let c = Config {
             arch,
+            weight_prefix,
             hidden_size,
             // Qwen3.5-MoE has no dense MLP layer, and no size for one.
             intermediate_size: if qwen35 {
@@ -637,7 +670,7 @@ mod tests {
         assert_eq!((0..4).map(|i| l.is_conv_layer(i)).collect::<Vec<_>>(), [true, false, true, false]);
         assert_eq!(l.short_conv.as_ref().unwrap().kernel, 3);
         assert!(l.tie_word_embeddings && l.qk_norm && l.rms_norm_eps == 1e-5 && l.head_dim == 16);
-        assert_eq!(l.arch.names().final_norm, "model.embedding_norm");
+        assert_eq!(l.arch.names().final_norm, "embedding_norm");
         let q = Config::load(&root.join("qwen3_5_moe")).unwrap();
         let g = q.gated_delta.as_ref().unwrap();
         assert_eq!((g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.conv_kernel), (2, 4, 16, 16, 4));

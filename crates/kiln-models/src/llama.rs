@@ -99,10 +99,11 @@ impl Model {
     pub fn build(config: Config, src: &mut dyn WeightSource) -> Result<Model> {
         let c = &config;
         let (h, names) = (c.hidden_size, c.arch.names());
-        let embed = src.get("model.embed_tokens.weight", &[c.vocab_size, h])?;
+        let prefix = c.weight_prefix;
+        let embed = src.get(&format!("{prefix}.embed_tokens.weight"), &[c.vocab_size, h])?;
         let layers = (0..c.num_layers)
             .map(|i| {
-                let p = format!("model.layers.{i}");
+                let p = format!("{prefix}.layers.{i}");
                 let ffn = format!("{p}.{}", names.ffn);
                 let kind = c.mixer(i);
                 Ok(Layer {
@@ -128,7 +129,7 @@ impl Model {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let norm = RmsNorm::load(src, &format!("{}.weight", names.final_norm), h, c)?;
+        let norm = RmsNorm::load(src, &format!("{prefix}.{}.weight", names.final_norm), h, c)?;
         let lm_head = if c.tie_word_embeddings {
             embed.clone()
         } else {
