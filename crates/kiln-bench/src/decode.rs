@@ -14,7 +14,7 @@
 
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
-use kiln_models::config::{Arch, Config, MoeConfig, RopeScaling, RouterConfig, ShortConvConfig};
+use kiln_models::config::{Arch, Config, MixerKind, MoeConfig, RopeScaling, RouterConfig, ShortConvConfig};
 use kiln_models::kv_cache::KvCache;
 use kiln_models::sampling::{Sampler, SamplingParams};
 use kiln_models::{Model, Quantize};
@@ -146,28 +146,42 @@ fn preset_names(preset_name: &str) -> Vec<String> {
 
 /// Bytes one decode step must read at context `ctx`: the weights it uses (the chosen
 /// experts only; one embedding row is negligible) and the cached keys and values, with
-/// `elem` bytes per element, `linear_elem` for the attention, short-conv, MLP and expert
-/// projections (1 for FP8; their per-row scales are negligible). A short-conv layer's
-/// taps and state are negligible too.
+/// `elem` bytes per element, `linear_elem` for the attention, short-conv, DeltaNet, MLP and
+/// expert projections (1 for FP8; their per-row scales are negligible). A short-conv
+/// layer's taps and state are negligible too; a DeltaNet layer's f32 recurrent state is
+/// read and written once.
 pub fn step_bytes(c: &Config, ctx: usize, elem: usize, linear_elem: usize) -> f64 {
     let (h, d) = (c.hidden_size, c.head_dim);
-    let (mut dense, mut linear) = (c.vocab_size * h, 0);
+    let (mut dense, mut linear, mut state_f32) = (c.vocab_size * h, 0, 0);
+    // Attention's q_proj is twice as wide when it also carries the output gate.
+    let q_heads = if c.attn_output_gate { 2 * c.num_heads } else { c.num_heads };
     for i in 0..c.num_layers {
-        if c.is_conv_layer(i) {
-            linear += 4 * h * h; // in_proj [3H, H], out_proj [H, H]
-        } else {
-            linear += h * d * (2 * c.num_heads + 2 * c.num_kv_heads);
-            dense += 2 * c.num_kv_heads * d * ctx;
+        match c.mixer(i) {
+            MixerKind::ShortConv => linear += 4 * h * h, // in_proj [3H, H], out_proj [H, H]
+            MixerKind::GatedDelta => {
+                let g = c.gated_delta.as_ref().expect("a DeltaNet layer has its config");
+                let values = g.value_heads * g.value_dim;
+                // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj.
+                linear += h * (g.conv_channels() + 2 * values + 2 * g.value_heads);
+                state_f32 += 2 * g.value_heads * g.key_dim * g.value_dim;
+            }
+            MixerKind::Attention => {
+                linear += h * d * (q_heads + c.num_heads + 2 * c.num_kv_heads);
+                dense += 2 * c.num_kv_heads * d * ctx;
+            }
         }
         match &c.moe {
             Some(m) if c.is_moe_layer(i) => {
                 dense += m.num_experts * h;
                 linear += m.top_k * 3 * h * m.intermediate_size;
+                if let Some(shared) = m.shared_expert_intermediate_size {
+                    linear += 3 * h * shared + h; // the shared expert and its gate
+                }
             }
             _ => linear += 3 * h * c.intermediate_size,
         }
     }
-    (dense * elem + linear * linear_elem) as f64
+    (dense * elem + linear * linear_elem + state_f32 * 4) as f64
 }
 
 /// Decode tokens/s of `config` on `device` at each context, `steps` timed steps each,
@@ -371,5 +385,22 @@ mod tests {
         // LFM2-8B-A1B has ~1.5 B active parameters a token: ~3.1 GB in bf16.
         let lfm = step_bytes(&preset("lfm2-8b-a1b").unwrap(), 0, 2, 2);
         assert!((2.9e9..3.3e9).contains(&lfm), "{lfm}");
+    }
+
+    /// With every expert active, a step reads every weight but the embedding (one row),
+    /// plus the DeltaNet states: Qwen3.5's gated q_proj, DeltaNet projections and shared
+    /// experts counted against the model's own weight bytes. What step_bytes leaves out
+    /// (norms, conv taps, A_log, dt_bias: under 2 % at the fixture's tiny widths) bounds it.
+    #[test]
+    fn step_bytes_counts_every_qwen3_5_weight() {
+        let mut c = Config::load(&kiln_models::config::fixtures_dir().join("models/qwen3_5_moe")).unwrap();
+        let m = c.moe.as_mut().unwrap();
+        m.top_k = m.num_experts;
+        let model = Model::random(c.clone(), Device::Cpu, DType::BF16, 1).unwrap();
+        let g = c.gated_delta.as_ref().unwrap();
+        let states = 4 * 2 * g.layers.len() * g.value_heads * g.key_dim * g.value_dim;
+        let want = model.weight_stats().total - 2 * c.vocab_size * c.hidden_size + states;
+        let got = step_bytes(&c, 0, 2, 2);
+        assert!(got <= want as f64 && got > 0.98 * want as f64, "step_bytes {got}, weights {want}");
     }
 }
