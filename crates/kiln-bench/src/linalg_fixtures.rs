@@ -1,13 +1,32 @@
 //! The `torch.linalg` cases of the fixtures (`inv`, `solve_triangular`, `qr`, `svd`,
-//! `svdvals`, `pinv`, `lstsq`), run through kiln's linalg ops. The SVD case stores only
-//! the singular values, so its factors are checked here: `U diag(S) Vh` rebuilds the
-//! input and U, Vh are orthogonal (their signs are free).
+//! `svdvals`, `pinv`, `lstsq`, `lu_factor`, `lu_solve`, `det`), run through kiln's linalg
+//! ops. The SVD case stores only the singular values, so its factors are checked here:
+//! `U diag(S) Vh` rebuilds the input and U, Vh are orthogonal (their signs are free). The
+//! complex cases store complex64 as f32 `[..., 2]` (re, im): converted to and from
+//! `DType::C64` here.
 
-use kiln::{Error, Result, Tensor};
+use kiln::{DType, Device, Error, Result, Tensor};
 use serde_json::Value;
 
 /// The ops this module runs (CPU only: kiln has no linalg kernels yet).
-pub const OPS: [&str; 7] = ["inv", "solve_triangular", "qr", "svd", "svdvals", "pinv", "lstsq"];
+pub const OPS: [&str; 10] =
+    ["inv", "solve_triangular", "qr", "svd", "svdvals", "pinv", "lstsq", "lu_factor", "lu_solve", "det"];
+
+/// A fixture's f32 `[..., 2]` (re, im) as complex64 `[...]` (the same bytes).
+fn to_complex(t: &Tensor) -> Result<Tensor> {
+    let shape = t.shape();
+    if t.dtype() != DType::F32 || shape.last() != Some(&2) {
+        return Err(Error::bad_shape("fixtures", format!("complex needs f32 [..., 2], got {:?}", shape)));
+    }
+    Tensor::from_raw_bytes(&t.to_raw_bytes()?, &shape[..shape.len() - 1], DType::C64, Device::Cpu)
+}
+
+/// complex64 `[...]` as the fixtures store it: f32 `[..., 2]`.
+fn from_complex(t: &Tensor) -> Result<Tensor> {
+    let mut shape = t.shape().to_vec();
+    shape.push(2);
+    Tensor::from_raw_bytes(&t.to_raw_bytes()?, &shape, DType::F32, Device::Cpu)
+}
 
 /// Largest |x − y| over two tensors of one shape.
 fn max_diff(a: &Tensor, b: &Tensor) -> Result<f64> {
@@ -72,6 +91,17 @@ pub fn compute(op: &str, args: &Value, ins: &[Tensor]) -> Result<(Vec<Tensor>, f
             return Ok((vec![p], 1e-3 * scale, 0.0));
         }
         "lstsq" => vec![ins[0].linalg_lstsq(&ins[1])?],
+        "lu_factor" => {
+            let (lu, pivots) = to_complex(&ins[0])?.linalg_lu_factor()?;
+            vec![from_complex(&lu)?, pivots]
+        }
+        // The case gives A and B: lu_solve of A's factors.
+        "lu_solve" => {
+            let (lu, pivots) = to_complex(&ins[0])?.linalg_lu_factor()?;
+            vec![from_complex(&lu.linalg_lu_solve(&pivots, &to_complex(&ins[1])?)?)?]
+        }
+        // The 0-dim determinant is stored as [1] (then [1, 2] as re, im).
+        "det" => vec![from_complex(&to_complex(&ins[0])?.linalg_det()?.reshape(&[1])?)?],
         other => return Err(Error::invalid("fixtures", format!("{other} is not a linalg op"))),
     };
     Ok((outputs, 1e-5, 1e-4))

@@ -23,11 +23,16 @@ struct Batch {
 
 /// Checks what every op here needs: the CPU, f32 or f64, at least 2 dims.
 fn check(op: &'static str, t: &Tensor) -> Result<()> {
+    check_of(op, t, &[DType::F32, DType::F64], "f32 or f64")
+}
+
+/// `check` with the dtypes `ok` (named `expected` in the error) in place of f32 / f64.
+pub(super) fn check_of(op: &'static str, t: &Tensor, ok: &[DType], expected: &'static str) -> Result<()> {
     if t.device() != Device::Cpu {
         return Err(Error::NotImplemented { op, device: t.device(), dtype: t.dtype() });
     }
-    if !matches!(t.dtype(), DType::F32 | DType::F64) {
-        return Err(Error::DTypeNotSupported { op, got: t.dtype(), expected: "f32 or f64" });
+    if !ok.contains(&t.dtype()) {
+        return Err(Error::DTypeNotSupported { op, got: t.dtype(), expected });
     }
     if t.rank() < 2 {
         return Err(Error::bad_shape(op, format!("needs a matrix [..., m, n], got {:?}", t.shape())));
@@ -64,6 +69,20 @@ fn system(
     b: &Tensor,
     fits: impl Fn(&[usize], &[usize]) -> bool,
 ) -> Result<(Vec<usize>, Batch, Batch)> {
+    let lead = system_lead(op, a, b, check, fits)?;
+    let (ba, bb) = (Batch::broadcast(a, &lead)?, Batch::broadcast(b, &lead)?);
+    Ok((lead, ba, bb))
+}
+
+/// The broadcast leading dims of a system's `a` and `b`, after `check`ing both, one dtype,
+/// and `fits(a_shape, b_shape)` on their trailing two dims.
+pub(super) fn system_lead(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    check: impl Fn(&'static str, &Tensor) -> Result<()>,
+    fits: impl Fn(&[usize], &[usize]) -> bool,
+) -> Result<Vec<usize>> {
     check(op, a)?;
     check(op, b)?;
     if a.dtype() != b.dtype() {
@@ -73,9 +92,7 @@ fn system(
     if !fits(&a.shape()[r - 2..], &b.shape()[rr - 2..]) {
         return Err(Error::ShapeMismatch { op, lhs: a.shape().to_vec(), rhs: b.shape().to_vec() });
     }
-    let lead = broadcast_shapes(&a.shape()[..r - 2], &b.shape()[..rr - 2])?;
-    let (ba, bb) = (Batch::broadcast(a, &lead)?, Batch::broadcast(b, &lead)?);
-    Ok((lead, ba, bb))
+    broadcast_shapes(&a.shape()[..r - 2], &b.shape()[..rr - 2])
 }
 
 /// A tensor `[lead..., rows, cols]` of `mats` in `dtype` on the CPU.

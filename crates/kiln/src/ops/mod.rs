@@ -12,6 +12,7 @@ mod histogram;
 mod index;
 mod linalg;
 mod loss;
+mod lu;
 mod matmul;
 mod nn;
 mod pad;
