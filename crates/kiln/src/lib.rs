@@ -17,5 +17,7 @@ mod tensor;
 pub use device::Device;
 pub use dtype::{DType, Elem};
 pub use error::{Error, Result};
-pub use ops::{BinaryOp, Conv, PadMode, RandKind, ReduceOp, Reduction, Router, Sdpa, UnaryOp};
+pub use ops::{
+    BinaryOp, Conv, InterpolateMode, PadMode, RandKind, ReduceOp, Reduction, Resize, Router, Sdpa, UnaryOp,
+};
 pub use tensor::Tensor;

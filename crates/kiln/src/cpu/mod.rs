@@ -5,6 +5,7 @@ mod buffer;
 pub mod elementwise;
 pub mod histogram;
 pub mod index;
+pub mod interpolate;
 pub mod loss;
 pub mod matmul;
 pub mod nn;
