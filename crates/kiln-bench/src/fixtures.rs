@@ -186,6 +186,15 @@ fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>>
                 Ok(vec![y, ins[1].interpolate_backward(ins[0].shape(), &resize, mode, ac)?])
             })())
         }
+        "batch_norm" => {
+            let eps = arg_f64(c, "eps").unwrap_or(1e-5);
+            // in0..3 = x, weight, bias, grad_output; out0..3 = y, grad input, weight, bias.
+            r((|| {
+                let (y, mean, invstd) = ins[0].batch_norm_train(Some(&ins[1]), Some(&ins[2]), eps)?;
+                let (gx, gw, gb) = ins[3].batch_norm_backward(&ins[0], Some(&ins[1]), &mean, &invstd)?;
+                Ok(vec![y, gx, gw, gb])
+            })())
+        }
         "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
         "logspace" => {
             let (s, e, n, b) =
@@ -406,6 +415,7 @@ mod tests {
             "interpolate_nearest_noac",
             "interpolate_bilinear_noac",
             "interpolate_bilinear_ac",
+            "batch_norm_train_fwd_bwd",
         ] {
             let r = results.iter().find(|r| r.case == case).unwrap_or_else(|| panic!("no case {case}"));
             assert!(matches!(r.outcome, Outcome::Pass { .. }), "{case}: {:?}", r.outcome);

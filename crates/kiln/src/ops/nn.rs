@@ -1,5 +1,5 @@
-//! softmax, log_softmax and rms_norm: row ops over one dim (or the trailing dims); group_norm,
-//! composed of kiln ops.
+//! softmax, log_softmax and rms_norm: row ops over one dim (or the trailing dims); group_norm
+//! and batch_norm (training forward and backward), composed of kiln ops.
 
 use crate::cpu;
 use crate::error::{Error, Result};
@@ -114,28 +114,12 @@ impl Tensor {
         eps: f64,
     ) -> Result<Tensor> {
         const OP: &str = "group_norm";
-        if !self.dtype.is_float() {
-            return Err(Error::DTypeNotSupported { op: OP, got: self.dtype, expected: "a floating dtype" });
-        }
-        if self.rank() < 2 {
-            return Err(Error::bad_shape(OP, format!("x must be [N, C, *], got {:?}", self.shape())));
-        }
+        let work = self.norm_work_dtype(OP)?;
         let (n, c) = (self.shape()[0], self.shape()[1]);
         if num_groups == 0 || !c.is_multiple_of(num_groups) {
             return Err(Error::invalid(OP, format!("{num_groups} groups do not divide {c} channels")));
         }
-        let mut per_channel = vec![c];
-        per_channel.resize(self.rank() - 1, 1);
-        let work = if self.dtype == crate::DType::F64 { crate::DType::F64 } else { crate::DType::F32 };
-        let affine = |t: Option<&Tensor>| -> Result<Option<Tensor>> {
-            let Some(t) = t else { return Ok(None) };
-            self.check_same_device(t, OP)?;
-            if t.shape() != [c] {
-                return Err(Error::ShapeMismatch { op: OP, lhs: t.shape().to_vec(), rhs: vec![c] });
-            }
-            Ok(Some(t.to_dtype(work)?.reshape(&per_channel)?))
-        };
-        let (w, b) = (affine(weight)?, affine(bias)?);
+        let (w, b) = self.affine(OP, weight, bias, work)?;
         let per_group = c / num_groups * self.shape()[2..].iter().product::<usize>();
         let x = self.to_dtype(work)?.reshape(&[n, num_groups, per_group])?;
         let (var, mean) = x.var_mean(&[-1], 0.0, true)?;
@@ -147,6 +131,122 @@ impl Tensor {
             y = y.add(&b)?;
         }
         y.to_dtype(self.dtype)
+    }
+
+    /// The dtype the norms compute in (f32, f64 for f64) after checking that `self` is a
+    /// floating `[N, C, *]` input.
+    fn norm_work_dtype(&self, op: &'static str) -> Result<crate::DType> {
+        if !self.dtype.is_float() {
+            return Err(Error::DTypeNotSupported { op, got: self.dtype, expected: "a floating dtype" });
+        }
+        if self.rank() < 2 {
+            return Err(Error::bad_shape(op, format!("x must be [N, C, *], got {:?}", self.shape())));
+        }
+        Ok(if self.dtype == crate::DType::F64 { crate::DType::F64 } else { crate::DType::F32 })
+    }
+
+    /// A per-channel `[C]` tensor of `self` `[N, C, *]` (checked: device, shape) in `work`,
+    /// shaped `[C, 1, …]` to broadcast over `self`.
+    fn channel_param(&self, op: &'static str, t: &Tensor, work: crate::DType) -> Result<Tensor> {
+        self.check_same_device(t, op)?;
+        let c = self.shape()[1];
+        if t.shape() != [c] {
+            return Err(Error::ShapeMismatch { op, lhs: t.shape().to_vec(), rhs: vec![c] });
+        }
+        let mut per_channel = vec![c];
+        per_channel.resize(self.rank() - 1, 1);
+        t.to_dtype(work)?.reshape(&per_channel)
+    }
+
+    /// `channel_param` of an optional weight and bias.
+    fn affine(
+        &self,
+        op: &'static str,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        work: crate::DType,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let param = |t: Option<&Tensor>| t.map(|t| self.channel_param(op, t, work)).transpose();
+        Ok((param(weight)?, param(bias)?))
+    }
+
+    /// The dims a batch norm reduces over (all but 1) and the count of each channel.
+    fn batch_norm_dims(&self, op: &'static str) -> Result<(Vec<isize>, usize)> {
+        let dims: Vec<isize> = (0..self.rank() as isize).filter(|&d| d != 1).collect();
+        let count = self.numel() / self.shape()[1].max(1);
+        if count <= 1 {
+            return Err(Error::invalid(
+                op,
+                format!("training needs more than 1 value per channel, got input {:?}", self.shape()),
+            ));
+        }
+        Ok((dims, count))
+    }
+
+    /// `F.batch_norm(x, None, None, weight, bias, training=True, eps=eps)` for `self` `[N,
+    /// C, *]` (`torch.native_batch_norm`): each channel normalised by its batch mean and
+    /// biased variance over every dim but 1, then `· weight[c] + bias[c]`. Returns `(out,
+    /// save_mean, save_invstd)`, the statistics `[C]` that [`Tensor::batch_norm_backward`]
+    /// takes (`invstd = 1 / sqrt(var + eps)`); updating running statistics is the caller's
+    /// (PyTorch uses the unbiased variance, `var · n / (n − 1)`, for them). Computed in
+    /// f32 (f64 for f64), `out` in `self`'s dtype, the statistics in f32 / f64.
+    pub fn batch_norm_train(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        const OP: &str = "batch_norm";
+        let work = self.norm_work_dtype(OP)?;
+        let (w, b) = self.affine(OP, weight, bias, work)?;
+        let (dims, _) = self.batch_norm_dims(OP)?;
+        let x = self.to_dtype(work)?;
+        let (var, mean) = x.var_mean(&dims, 0.0, true)?;
+        let invstd = var.add_scalar(eps)?.rsqrt()?;
+        let mut y = x.sub(&mean)?.mul(&invstd)?;
+        if let Some(w) = w {
+            y = y.mul(&w)?;
+        }
+        if let Some(b) = b {
+            y = y.add(&b)?;
+        }
+        let c = [self.shape()[1]];
+        Ok((y.to_dtype(self.dtype)?, mean.reshape(&c)?, invstd.reshape(&c)?))
+    }
+
+    /// `torch.native_batch_norm_backward` in training mode with `self` as `grad_out` (of
+    /// `x`'s shape), `mean` and `invstd` `[C]` from [`Tensor::batch_norm_train`]: `(grad_input,
+    /// grad_weight, grad_bias)`, with `ĝ = grad_out`, `x̂ = (x − mean) · invstd` and n values
+    /// per channel: `grad_bias = Σ ĝ`, `grad_weight = Σ ĝ x̂`, `grad_input = (ĝ − grad_bias
+    /// / n − x̂ · grad_weight / n) · invstd · weight` (weight 1 when absent).
+    pub fn batch_norm_backward(
+        &self,
+        x: &Tensor,
+        weight: Option<&Tensor>,
+        mean: &Tensor,
+        invstd: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        const OP: &str = "batch_norm_backward";
+        let work = x.norm_work_dtype(OP)?;
+        if self.shape() != x.shape() {
+            return Err(Error::ShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: x.shape().to_vec() });
+        }
+        let (dims, count) = x.batch_norm_dims(OP)?;
+        let (mean, invstd) = (x.channel_param(OP, mean, work)?, x.channel_param(OP, invstd, work)?);
+        let dy = self.to_dtype(work)?;
+        let xhat = x.to_dtype(work)?.sub(&mean)?.mul(&invstd)?;
+        let grad_bias = dy.sum(&dims, true)?;
+        let grad_weight = dy.mul(&xhat)?.sum(&dims, true)?;
+        let n = count as f64;
+        let mut scale = invstd;
+        if let Some(w) = weight {
+            let w = x.channel_param(OP, w, work)?;
+            scale = scale.mul(&w)?;
+        }
+        let gx =
+            dy.sub(&grad_bias.div_scalar(n)?)?.sub(&xhat.mul(&grad_weight.div_scalar(n)?)?)?.mul(&scale)?;
+        let c = [x.shape()[1]];
+        Ok((gx.to_dtype(self.dtype)?, grad_weight.reshape(&c)?, grad_bias.reshape(&c)?))
     }
 }
 
@@ -185,5 +285,67 @@ mod tests {
             .unwrap()
             .group_norm(2, None, None, 1e-5)
             .is_err());
+    }
+
+    /// batch_norm_train normalises each channel over every other dim; its backward equals
+    /// central differences of `Σ g · batch_norm(x)` in x, weight and bias (f64, odd sizes).
+    #[test]
+    fn batch_norm_backward_matches_finite_differences() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(&[3, 2, 5], 1, DType::F64, dev).unwrap();
+        let w = Tensor::randn(&[2], 2, DType::F64, dev).unwrap();
+        let b = Tensor::randn(&[2], 3, DType::F64, dev).unwrap();
+        let g = Tensor::randn(&[3, 2, 5], 4, DType::F64, dev).unwrap();
+        let eps = 1e-5;
+        let (y, mean, invstd) = x.batch_norm_train(Some(&w), Some(&b), eps).unwrap();
+        let z = y.sub(&b.reshape(&[2, 1]).unwrap()).unwrap().div(&w.reshape(&[2, 1]).unwrap()).unwrap();
+        let (var, m) = z.var_mean(&[0, 2], 0.0, false).unwrap();
+        assert!(m.to_f64_vec().unwrap().iter().all(|v| v.abs() < 1e-12));
+        let var = var.to_f64_vec().unwrap();
+        let inv = invstd.to_f64_vec().unwrap();
+        assert!(var.iter().zip(&inv).all(|(v, i)| (v - (1.0 - eps * i * i)).abs() < 1e-12));
+        let (gx, gw, gb) = g.batch_norm_backward(&x, Some(&w), &mean, &invstd).unwrap();
+        let loss = |x: &Tensor, w: &Tensor, b: &Tensor| {
+            let y = x.batch_norm_train(Some(w), Some(b), eps).unwrap().0;
+            y.mul(&g).unwrap().sum(&[], false).unwrap().item().unwrap()
+        };
+        // d loss / d t[i] by central differences, for every element of `t` in (x, w, b).
+        let numeric = |which: usize| -> Vec<f64> {
+            let base = [&x, &w, &b][which].to_f64_vec().unwrap();
+            let shape = [&x, &w, &b][which].shape().to_vec();
+            (0..base.len())
+                .map(|i| {
+                    let at = |d: f64| {
+                        let mut v = base.clone();
+                        v[i] += d;
+                        let t = Tensor::from_vec(v, &shape, dev).unwrap();
+                        let mut args = [x.clone(), w.clone(), b.clone()];
+                        args[which] = t;
+                        loss(&args[0], &args[1], &args[2])
+                    };
+                    (at(1e-6) - at(-1e-6)) / 2e-6
+                })
+                .collect()
+        };
+        for (which, got) in [gx, gw, gb].iter().enumerate() {
+            let want = numeric(which);
+            let got = got.to_f64_vec().unwrap();
+            assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6), "{which}: {got:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn batch_norm_refuses_single_values_and_bad_shapes() {
+        let msg = |r: crate::Result<(Tensor, Tensor, Tensor)>| r.expect_err("must be refused").to_string();
+        let one = Tensor::ones(&[1, 3], DType::F32, Device::Cpu).unwrap();
+        assert!(msg(one.batch_norm_train(None, None, 1e-5)).contains("more than 1 value"));
+        let x = Tensor::randn(&[4, 3, 2], 5, DType::F32, Device::Cpu).unwrap();
+        let w = Tensor::ones(&[2], DType::F32, Device::Cpu).unwrap();
+        assert!(x.batch_norm_train(Some(&w), None, 1e-5).is_err());
+        assert!(msg(x.reshape(&[24]).unwrap().batch_norm_train(None, None, 1e-5)).contains("[N, C, *]"));
+        let (y, mean, invstd) = x.batch_norm_train(None, None, 1e-5).unwrap();
+        assert_eq!((y.dtype(), mean.shape(), invstd.shape()), (DType::F32, &[3][..], &[3][..]));
+        assert!(y.batch_norm_backward(&x.reshape(&[4, 6]).unwrap(), None, &mean, &invstd).is_err());
+        assert!(y.batch_norm_backward(&x, None, &w, &invstd).is_err());
     }
 }
