@@ -51,12 +51,34 @@ pub fn binary_f64(op: BinaryOp, a: f64, b: f64) -> f64 {
                 t(a > 0.0)
             }
         }
+        LaguerrePolynomialL => laguerre_polynomial_l(a, b),
         Eq => t(a == b),
         Ne => t(a != b),
         Lt => t(a < b),
         Le => t(a <= b),
         Gt => t(a > b),
         Ge => t(a >= b),
+    }
+}
+
+/// PyTorch's `laguerre_polynomial_l_forward(x, n)`: n cast to int64 (x86 turns NaN and
+/// out-of-range values into i64::MIN, a negative n), then Lₙ(0) = L₀ = 1, L₁ = 1 − x and
+/// (k + 1) Lₖ₊₁ = (2k + 1 − x) Lₖ − k Lₖ₋₁. Computed in f64 (PyTorch: in the input's dtype,
+/// so f32 results differ by its rounding, ~1e-6 relative at n = 30).
+fn laguerre_polynomial_l(x: f64, n: f64) -> f64 {
+    let n = if n.is_nan() || n.abs() >= 9.2e18 { i64::MIN } else { n as i64 };
+    match () {
+        _ if n < 0 => 0.0,
+        _ if x == 0.0 || n == 0 => 1.0,
+        _ if n == 1 => 1.0 - x,
+        _ => {
+            let (mut p, mut q) = (1.0, 1.0 - x);
+            for k in 1..n {
+                let k = k as f64;
+                (p, q) = (q, ((k + k + (1.0 - x)) * q - k * p) / (k + 1.0));
+            }
+            q
+        }
     }
 }
 
@@ -98,6 +120,8 @@ pub fn binary_i128(op: BinaryOp, a: i128, b: i128) -> i128 {
                 t(a > 0)
             }
         }
+        // Promoted to float in `ops`; kept total.
+        LaguerrePolynomialL => laguerre_polynomial_l(a as f64, b as f64) as i128,
         Eq => t(a == b),
         Ne => t(a != b),
         Lt => t(a < b),

@@ -8,12 +8,12 @@ use crate::storage::Storage;
 use crate::{DType, Tensor};
 
 impl Tensor {
-    /// Any binary op: promotes dtypes (integer true division gives float32), broadcasts
-    /// shapes, and returns bool for comparisons.
+    /// Any binary op: promotes dtypes (integer true division and the special functions
+    /// give float32), broadcasts shapes, and returns bool for comparisons.
     pub fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         self.check_same_device(rhs, op.name())?;
         let mut dt = DType::promote(self.dtype, rhs.dtype);
-        if op == BinaryOp::Div && !dt.is_float() && !dt.is_complex() {
+        if matches!(op, BinaryOp::Div | BinaryOp::LaguerrePolynomialL) && !dt.is_float() && !dt.is_complex() {
             dt = DType::F32;
         }
         if dt.is_complex()
@@ -147,6 +147,7 @@ binary_methods! {
     maximum, maximum_scalar => Maximum;
     remainder, remainder_scalar => Remainder;
     heaviside, heaviside_scalar => Heaviside;
+    special_laguerre_polynomial_l, special_laguerre_polynomial_l_scalar => LaguerrePolynomialL;
     eq, eq_scalar => Eq;
     ne, ne_scalar => Ne;
     lt, lt_scalar => Lt;
@@ -172,4 +173,29 @@ unary_methods! {
     sin => Sin; cos => Cos; tanh => Tanh; sigmoid => Sigmoid; silu => Silu; gelu => Gelu;
     gelu_tanh => GeluTanh; relu => Relu; reciprocal => Recip; square => Square;
     floor => Floor; ceil => Ceil; round => Round; sign => Sign; erf => Erf;
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+
+    /// Closed forms L₂(x) = (x² − 4x + 2)/2 and L₃(x) = (−x³ + 9x² − 18x + 6)/6; n is
+    /// truncated to an integer, negative (or NaN) n gives 0, x = 0 gives 1; integer inputs
+    /// compute in f32; n broadcasts.
+    #[test]
+    fn laguerre_polynomial_l_follows_pytorch() {
+        let x = Tensor::from_vec(vec![0.5f64, 2.0, 0.0, 3.0, 3.0, 1.5, -1.0], &[7], Device::Cpu).unwrap();
+        let n =
+            Tensor::from_vec(vec![2.0f64, 3.0, -1.0, 2.9, -0.5, f64::NAN, 1.0], &[7], Device::Cpu).unwrap();
+        let y = x.special_laguerre_polynomial_l(&n).unwrap().to_f64_vec().unwrap();
+        let want = [0.125, -1.0 / 3.0, 0.0, (9.0 - 12.0 + 2.0) / 2.0, 1.0, 0.0, 2.0];
+        assert!(y.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{y:?}");
+        let xi = Tensor::from_vec(vec![1i32, 2], &[2, 1], Device::Cpu).unwrap();
+        let ni = Tensor::from_vec(vec![0i64, 1, 2], &[3], Device::Cpu).unwrap();
+        let y = xi.special_laguerre_polynomial_l(&ni).unwrap();
+        assert_eq!((y.dtype(), y.shape()), (DType::F32, &[2, 3][..]));
+        assert_eq!(y.to_f64_vec().unwrap(), vec![1.0, 0.0, -0.5, 1.0, -1.0, -1.0]);
+        let c = Tensor::zeros(&[2], DType::C64, Device::Cpu).unwrap();
+        assert!(c.special_laguerre_polynomial_l(&c).is_err());
+    }
 }

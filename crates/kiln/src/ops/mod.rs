@@ -41,6 +41,8 @@ pub enum BinaryOp {
     Maximum,
     Remainder,
     Heaviside,
+    /// `torch.special.laguerre_polynomial_l(x, n)`: Lₙ(x), n truncated to an integer.
+    LaguerrePolynomialL,
     Eq,
     Ne,
     Lt,
@@ -67,6 +69,7 @@ impl BinaryOp {
             Maximum => "maximum",
             Remainder => "remainder",
             Heaviside => "heaviside",
+            LaguerrePolynomialL => "special_laguerre_polynomial_l",
             Eq => "eq",
             Ne => "ne",
             Lt => "lt",
