@@ -46,7 +46,7 @@ fn arg_f64(c: &Case, k: &str) -> Option<f64> {
 }
 
 /// Ops kiln computes on the CPU only (a CUDA tensor gets `Error::NotImplemented`).
-const CPU_ONLY: [&str; 2] = ["interpolate", "special.laguerre_polynomial_l"];
+const CPU_ONLY: [&str; 3] = ["interpolate", "grouped_mm", "special.laguerre_polynomial_l"];
 
 /// Computes one case, or `None` when kiln does not have the op yet.
 fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>> {
@@ -198,6 +198,7 @@ fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>>
                 Ok(vec![y, gx, gw, gb])
             })())
         }
+        "grouped_mm" => r(ins[0].grouped_mm(&ins[1], &ins[2]).map(|t| vec![t])),
         "frexp" => r(ins[0].frexp().map(|(m, e)| vec![m, e])),
         "logspace" => {
             let (s, e, n, b) =
@@ -420,6 +421,7 @@ mod tests {
             "interpolate_bilinear_ac",
             "batch_norm_train_fwd_bwd",
             "laguerre_polynomial_l",
+            "grouped_mm_2d3d",
         ] {
             let r = results.iter().find(|r| r.case == case).unwrap_or_else(|| panic!("no case {case}"));
             assert!(matches!(r.outcome, Outcome::Pass { .. }), "{case}: {:?}", r.outcome);

@@ -1,5 +1,5 @@
-//! `matmul` with PyTorch's rank rules (dot, mm, mv, batched with broadcasting) and
-//! `linear`.
+//! `matmul` with PyTorch's rank rules (dot, mm, mv, batched with broadcasting), `linear`
+//! and `grouped_mm`.
 
 use crate::cpu;
 use crate::cpu::CpuBuffer;
@@ -108,6 +108,67 @@ impl Tensor {
         shape.push(n);
         Ok(Some(Tensor::from_storage(Storage::Cuda(buf), &shape, self.dtype, self.device)))
     }
+    /// `torch._grouped_mm(self, b, offs)` for a 2-D `self` `[M, K]` and `b` `[G, K, N]`
+    /// (the mixture-of-experts case): rows `offs[g-1]..offs[g]` of `self` times `b[g]`,
+    /// stacked into `[M, N]`. `offs` is int32 `[G]` of cumulative group ends
+    /// (non-decreasing, at most M); an empty group gives no rows. Rows past `offs[G-1]`
+    /// are zero (PyTorch leaves them uninitialised). f32, f16 or bf16, one dtype, as
+    /// PyTorch allows. On the CPU (composed of `matmul`); a CUDA tensor gets
+    /// `Error::NotImplemented` until it has a kernel, since reading `offs` here would
+    /// sync with the host.
+    pub fn grouped_mm(&self, b: &Tensor, offs: &Tensor) -> Result<Tensor> {
+        const OP: &str = "grouped_mm";
+        self.check_same_device(b, OP)?;
+        self.check_same_device(offs, OP)?;
+        if self.device != Device::Cpu {
+            return Err(Error::NotImplemented { op: OP, device: self.device, dtype: self.dtype });
+        }
+        if !matches!(self.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::DTypeNotSupported { op: OP, got: self.dtype, expected: "f32, f16 or bf16" });
+        }
+        if self.dtype != b.dtype {
+            return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: b.dtype });
+        }
+        if offs.dtype != DType::I32 {
+            return Err(Error::DTypeNotSupported { op: OP, got: offs.dtype, expected: "int32 offsets" });
+        }
+        let (m, k) = match *self.shape() {
+            [m, k] => (m, k),
+            _ => return Err(Error::bad_shape(OP, format!("a must be [M, K], got {:?}", self.shape()))),
+        };
+        let (g, n) = match *b.shape() {
+            [g, bk, n] if bk == k && offs.shape() == [g] => (g, n),
+            _ => {
+                return Err(Error::bad_shape(
+                    OP,
+                    format!(
+                        "b must be [G, {k}, N] and offs [G] for a {:?}, got {:?} and {:?}",
+                        self.shape(),
+                        b.shape(),
+                        offs.shape()
+                    ),
+                ))
+            }
+        };
+        let ends = offs.to_vec::<i32>()?;
+        let mut start = 0;
+        let out = Tensor::zeros(&[m, n], self.dtype, self.device)?;
+        for (i, &end) in ends.iter().enumerate().take(g) {
+            if end < 0 || (end as usize) < start || end as usize > m {
+                return Err(Error::invalid(
+                    OP,
+                    format!("offs must be non-decreasing group ends within 0..={m}, got {ends:?}"),
+                ));
+            }
+            let rows = end as usize - start;
+            if rows > 0 {
+                let y = self.narrow(0, start, rows)?.matmul(&b.narrow(0, i, 1)?.squeeze(0)?)?;
+                out.narrow(0, start, rows)?.copy_(&y)?;
+            }
+            start = end as usize;
+        }
+        Ok(out)
+    }
 }
 
 /// CPU product: f32 math for f32 and narrower floats (rounded back once), f64 and
@@ -143,4 +204,57 @@ fn cpu_matmul(x: &CpuBuffer, a: &Tensor, y: &CpuBuffer, b: &Tensor) -> Result<Cp
         }
         _ => return Err(Error::NotImplemented { op: "matmul", device: crate::Device::Cpu, dtype: dt }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+
+    /// Each row of the output is its row of A times its group's B (f64 reference); an
+    /// empty group gives no rows and rows past the last end are zero; bf16 rounds once.
+    #[test]
+    fn grouped_mm_multiplies_each_group_by_its_matrix() {
+        let (m, k, n) = (7, 5, 3);
+        let a = Tensor::randn(&[m, k], 1, DType::F32, Device::Cpu).unwrap();
+        let b = Tensor::randn(&[3, k, n], 2, DType::F32, Device::Cpu).unwrap();
+        let offs = Tensor::from_vec(vec![2i32, 2, 6], &[3], Device::Cpu).unwrap();
+        let (av, bv) = (a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+        let group = |r: usize| [0, 0, 2, 2, 2, 2][r];
+        let want: Vec<f64> = (0..m * n)
+            .map(|x| {
+                let (r, c) = (x / n, x % n);
+                if r >= 6 {
+                    return 0.0;
+                }
+                (0..k).map(|j| av[r * k + j] * bv[group(r) * k * n + j * n + c]).sum()
+            })
+            .collect();
+        let got = a.grouped_mm(&b, &offs).unwrap();
+        assert_eq!(got.shape(), &[m, n]);
+        let err = got.to_f64_vec().unwrap().iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(err < 1e-5, "{err}");
+        let (a16, b16) = (a.to_dtype(DType::BF16).unwrap(), b.to_dtype(DType::BF16).unwrap());
+        let got16 = a16.grouped_mm(&b16, &offs).unwrap();
+        let want16 =
+            a16.to_dtype(DType::F32).unwrap().grouped_mm(&b16.to_dtype(DType::F32).unwrap(), &offs).unwrap();
+        assert_eq!(got16.dtype(), DType::BF16);
+        assert_eq!(got16.to_f64_vec().unwrap(), want16.to_dtype(DType::BF16).unwrap().to_f64_vec().unwrap());
+    }
+
+    #[test]
+    fn grouped_mm_refuses_bad_offsets_shapes_and_dtypes() {
+        let a = Tensor::ones(&[4, 2], DType::F32, Device::Cpu).unwrap();
+        let b = Tensor::ones(&[2, 2, 3], DType::F32, Device::Cpu).unwrap();
+        let offs = |v: Vec<i32>| Tensor::from_vec(v, &[2], Device::Cpu).unwrap();
+        let msg = |r: crate::Result<Tensor>| r.expect_err("must be refused").to_string();
+        assert!(msg(a.grouped_mm(&b, &offs(vec![3, 1]))).contains("non-decreasing"));
+        assert!(msg(a.grouped_mm(&b, &offs(vec![1, 5]))).contains("non-decreasing"));
+        assert!(msg(a.grouped_mm(&b, &offs(vec![-1, 2]))).contains("non-decreasing"));
+        assert!(msg(a.grouped_mm(&b, &offs(vec![1, 2]).to_dtype(DType::I64).unwrap())).contains("int32"));
+        assert!(msg(a.grouped_mm(&b.reshape(&[2, 3, 2]).unwrap(), &offs(vec![1, 2]))).contains("[G, 2, N]"));
+        assert!(msg(a.reshape(&[8]).unwrap().grouped_mm(&b, &offs(vec![1, 2]))).contains("[M, K]"));
+        let f64a = a.to_dtype(DType::F64).unwrap();
+        assert!(msg(f64a.grouped_mm(&b, &offs(vec![1, 2]))).contains("bf16"));
+        assert!(a.grouped_mm(&b.to_dtype(DType::BF16).unwrap(), &offs(vec![1, 2])).is_err());
+    }
 }
