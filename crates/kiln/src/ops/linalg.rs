@@ -4,6 +4,9 @@
 //! f32 results carry f64 accuracy: ill-conditioned and badly scaled inputs stay exact to
 //! f32 rounding).
 //!
+//! Empty matrices (a zero dim) give PyTorch's empty, zero or identity results without a
+//! factorisation.
+//!
 //! These are the references GPU kernels will be checked against; there is no CUDA path
 //! yet, so a CUDA tensor gets `Error::NotImplemented`, never a silent copy to the host.
 
@@ -46,9 +49,19 @@ impl Batch {
         let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
         let v = t.to_f64_vec()?;
         let size = rows * cols;
-        let count = v.len().checked_div(size).unwrap_or(0);
+        let count: usize = t.shape()[..r - 2].iter().product();
         let mats = (0..count).map(|b| Mat::from_fn(rows, cols, |i, j| v[b * size + i * cols + j])).collect();
         Ok(Batch { lead: t.shape()[..r - 2].to_vec(), rows, cols, mats })
+    }
+
+    /// Whether the matrices hold no elements.
+    fn is_empty(&self) -> bool {
+        self.rows == 0 || self.cols == 0
+    }
+
+    /// One `rows × cols` matrix per batch entry, from `f`.
+    fn each(&self, f: impl Fn() -> Mat<f64>) -> Vec<Mat<f64>> {
+        self.mats.iter().map(|_| f()).collect()
     }
 
     /// `self`'s batch of `t` broadcast to the leading dims `lead`.
@@ -145,6 +158,9 @@ impl Tensor {
         if b.rows != b.cols {
             return Err(Error::bad_shape(OP, format!("needs square matrices, got {:?}", self.shape())));
         }
+        if b.is_empty() {
+            return assemble(&b.lead, 0, 0, &[], self.dtype());
+        }
         let mut out = Vec::with_capacity(b.mats.len());
         for (k, m) in b.mats.iter().enumerate() {
             let lu = m.partial_piv_lu();
@@ -176,6 +192,9 @@ impl Tensor {
         // A is n × n; B is n × k (left) or k × n.
         let fits = |a: &[usize], b: &[usize]| a[0] == a[1] && a[0] == if left { b[0] } else { b[1] };
         let (lead, a, b) = system("linalg.solve_triangular", self, rhs, fits)?;
+        if a.is_empty() || b.is_empty() {
+            return assemble(&lead, b.rows, b.cols, &[], self.dtype());
+        }
         let n = a.rows;
         let out: Vec<Mat<f64>> = a
             .mats
@@ -217,7 +236,8 @@ impl Tensor {
         let b = Batch::of(self)?;
         let k = b.rows.min(b.cols);
         let (mut qs, mut rs) = (Vec::with_capacity(b.mats.len()), Vec::with_capacity(b.mats.len()));
-        for m in &b.mats {
+        // Empty: Q [m, 0] and R [0, n] hold nothing.
+        for m in b.mats.iter().filter(|_| !b.is_empty()) {
             let qr = m.qr();
             qs.push(qr.compute_thin_Q());
             rs.push(qr.thin_R().to_owned());
@@ -235,7 +255,12 @@ impl Tensor {
         let b = Batch::of(self)?;
         let k = b.rows.min(b.cols);
         let (mut us, mut ss, mut vhs) = (vec![], vec![], vec![]);
-        for m in &b.mats {
+        if b.is_empty() && full_matrices {
+            // PyTorch's SVD of an empty matrix: identity U and Vh (no singular values).
+            (us, vhs) = (b.each(|| Mat::identity(b.rows, b.rows)), b.each(|| Mat::identity(b.cols, b.cols)));
+            ss = vec![vec![]; b.mats.len()];
+        }
+        for m in b.mats.iter().filter(|_| !b.is_empty()) {
             let svd = svd_of(OP, m, full_matrices)?;
             us.push(svd.U().to_owned());
             ss.push(svd.S().column_vector().iter().copied().collect());
@@ -256,6 +281,9 @@ impl Tensor {
             .mats
             .iter()
             .map(|m| {
+                if b.is_empty() {
+                    return Ok(vec![]);
+                }
                 m.singular_values()
                     .map_err(|e| Error::invalid(OP, format!("the SVD did not converge ({e:?})")))
             })
@@ -270,6 +298,9 @@ impl Tensor {
         check(OP, self)?;
         let b = Batch::of(self)?;
         let rtol = default_rtol(self.dtype(), b.rows, b.cols);
+        if b.is_empty() {
+            return assemble(&b.lead, b.cols, b.rows, &[], self.dtype());
+        }
         let out = b.mats.iter().map(|m| pinv_of(OP, m, rtol)).collect::<Result<Vec<_>>>()?;
         assemble(&b.lead, b.cols, b.rows, &out, self.dtype())
     }
@@ -282,6 +313,10 @@ impl Tensor {
         const OP: &str = "linalg.lstsq";
         let (lead, a, b) = system(OP, self, rhs, |a, b| a[0] == b[0])?;
         let rtol = default_rtol(self.dtype(), a.rows, a.cols);
+        if a.is_empty() || b.is_empty() {
+            // The least-norm solution of an empty system is zero.
+            return assemble(&lead, a.cols, b.cols, &a.each(|| Mat::zeros(a.cols, b.cols)), self.dtype());
+        }
         let out = a
             .mats
             .iter()
@@ -404,6 +439,31 @@ mod tests {
         // [[1, 2], [2, 4]] = 5 · v vᵀ with v = (1, 2)/√5: its pinv is v vᵀ / 25.
         let p = t(&[1.0, 2.0, 2.0, 4.0], &[2, 2]).linalg_pinv().unwrap();
         assert!(max_diff(&p, &t(&[0.04, 0.08, 0.08, 0.16], &[2, 2])) < 1e-15);
+    }
+
+    /// Empty matrices give PyTorch's shapes: empty results, identity U / Vh for a full
+    /// SVD, zero least-squares solutions.
+    #[test]
+    fn empty_matrices_give_empty_results() {
+        let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, Device::Cpu).unwrap();
+        let e = z(&[2, 3, 0]);
+        assert_eq!(z(&[2, 0, 0]).linalg_inv().unwrap().shape(), &[2, 0, 0]);
+        let (q, r) = e.linalg_qr().unwrap();
+        assert_eq!((q.shape(), r.shape()), (&[2, 3, 0][..], &[2, 0, 0][..]));
+        let (u, s, vh) = e.linalg_svd(true).unwrap();
+        assert_eq!((u.shape(), s.shape(), vh.shape()), (&[2, 3, 3][..], &[2, 0][..], &[2, 0, 0][..]));
+        assert_eq!(u.to_f64_vec().unwrap(), eye(3, &[2]).to_f64_vec().unwrap());
+        let (u, _, vh) = z(&[0, 4]).linalg_svd(false).unwrap();
+        assert_eq!((u.shape(), vh.shape()), (&[0, 0][..], &[0, 4][..]));
+        assert_eq!(e.linalg_svdvals().unwrap().shape(), &[2, 0]);
+        assert_eq!(e.linalg_pinv().unwrap().shape(), &[2, 0, 3]);
+        let x = z(&[2, 0, 3]).linalg_lstsq(&z(&[2, 0, 4])).unwrap();
+        assert_eq!((x.shape(), x.to_f64_vec().unwrap()), (&[2, 3, 4][..], vec![0.0; 24]));
+        assert_eq!(e.linalg_lstsq(&z(&[2, 3, 4])).unwrap().shape(), &[2, 0, 4]);
+        let a = z(&[0, 0]);
+        assert_eq!(a.linalg_solve_triangular(&z(&[0, 5]), false, true, false).unwrap().shape(), &[0, 5]);
+        let a = Tensor::randn(&[3, 3], 1, DType::F32, Device::Cpu).unwrap();
+        assert_eq!(a.linalg_solve_triangular(&z(&[3, 0]), true, true, false).unwrap().shape(), &[3, 0]);
     }
 
     #[test]
