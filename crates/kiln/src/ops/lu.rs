@@ -202,6 +202,7 @@ impl Tensor {
         const OP: &str = "linalg.lu_solve";
         let fits = |a: &[usize], b: &[usize]| a[0] == a[1] && a[0] == b[0];
         let lead = system_lead(OP, self, b, check, fits)?;
+        self.check_same_device(pivots, OP)?;
         let r = self.rank();
         let n = self.shape()[r - 1];
         if pivots.dtype() != DType::I32 {
@@ -219,7 +220,7 @@ impl Tensor {
             shape.extend_from_slice(&t.shape()[t.rank() - tail..]);
             t.broadcast_to(&shape)
         };
-        let piv = broadcast(&pivots.to_device(Device::Cpu)?, 1)?.to_vec::<i32>()?;
+        let piv = broadcast(pivots, 1)?.to_vec::<i32>()?;
         if let Some(p) = piv.iter().find(|&&p| p < 1 || p as usize > n) {
             return Err(Error::IndexOutOfRange { op: OP, index: *p as i64, size: n });
         }
