@@ -102,12 +102,11 @@ impl GatedDelta {
         let v = qkv.narrow(-1, 2 * hk * dk, hv * dv)?.reshape(&[b, t, hv, dv])?;
         let beta = self.in_proj_b.forward(x)?.to_dtype(DType::F32)?.sigmoid()?;
         let a = self.in_proj_a.forward(x)?.to_dtype(DType::F32)?.add(&self.dt_bias)?;
-        let log_decay = softplus(&a)?.mul(&self.neg_a)?;
-
+        let steps = Steps { q, k, v, beta, g: softplus(&a)?.mul(&self.neg_a)? };
         let state = cache.recurrent_state(layer)?;
         let (o, state) = match t {
-            1 => recurrent_step(&q, &k, &v, &beta, &log_decay, state)?,
-            _ => chunked(&q, &k, &v, &beta, &log_decay, state)?,
+            1 => recurrent_step(&steps, state)?,
+            _ => chunked(&steps, state)?,
         };
         cache.set_recurrent_state(layer, &state)?;
         // Gated RMS norm per head: weight · norm(o) · silu(z), in f32.
@@ -128,16 +127,20 @@ impl GatedDelta {
     }
 }
 
-/// One token (`[B, 1, H, d]` inputs, `beta` and log-decay `g` `[B, 1, H]`) through the
-/// recurrence of the module docs; the output is `[B, 1, H, dv]`.
-fn recurrent_step(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    beta: &Tensor,
-    g: &Tensor,
-    state: Tensor,
-) -> Result<(Tensor, Tensor)> {
+/// What the delta rule reads per token, f32: `q`, `k` `[B, T, H, dk]` (L2-normalised, `q`
+/// scaled), `v` `[B, T, H, dv]`, and per head `beta` and the log-decay `g` `[B, T, H]`.
+struct Steps {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor,
+}
+
+/// One token (`T = 1`) through the recurrence of the module docs from `state`
+/// `[B, H, dk, dv]`; the output is `[B, 1, H, dv]`.
+fn recurrent_step(x: &Steps, state: Tensor) -> Result<(Tensor, Tensor)> {
+    let Steps { q, k, v, beta, g } = x;
     // Per (batch, head): column vectors `[.., d, 1]`, a row vector `[.., 1, dv]`, scalars `[.., 1, 1]`.
     let col = |y: &Tensor| y.squeeze(1)?.unsqueeze(-1);
     let (qs, ks, vs) = (col(q)?, col(k)?, v.squeeze(1)?.unsqueeze(-2)?);
@@ -153,19 +156,12 @@ fn recurrent_step(
 /// Tokens per chunk of the prompt form (transformers' and the FLA kernels' choice).
 const CHUNK: usize = 64;
 
-/// The gated delta rule over `T > 1` tokens, transformers' `torch_chunk_gated_delta_rule`:
-/// inputs `[B, T, H, d]`, `beta` and log-decay `g` `[B, T, H]`, the state `[B, H, dk, dv]`.
-/// Within a chunk the delta updates' interactions form a unit lower-triangular system
-/// (`I + L`, `L = tril(β k kᵀ ⊙ decay, −1)`), solved once for the values and the decayed
-/// keys; the loop then only carries the state across chunks.
-fn chunked(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    beta: &Tensor,
-    g: &Tensor,
-    state: Tensor,
-) -> Result<(Tensor, Tensor)> {
+/// The gated delta rule over `T > 1` tokens from `state` `[B, H, dk, dv]`, transformers'
+/// `torch_chunk_gated_delta_rule`. Within a chunk the delta updates' interactions form a
+/// unit lower-triangular system (`I + L`, `L = tril(β k kᵀ ⊙ decay, −1)`), solved once for
+/// the values and the decayed keys; the loop then only carries the state across chunks.
+fn chunked(x: &Steps, state: Tensor) -> Result<(Tensor, Tensor)> {
+    let Steps { q, k, v, beta, g } = x;
     let (b, t, h) = (q.size(0)?, q.size(1)?, q.size(2)?);
     let c = t.min(CHUNK);
     let n = t.div_ceil(c);
@@ -258,6 +254,14 @@ mod tests {
     use super::*;
     use kiln::Device;
 
+    impl Steps {
+        /// Token `i` alone.
+        fn token(&self, i: usize) -> Steps {
+            let at = |x: &Tensor| x.narrow(1, i, 1).unwrap();
+            Steps { q: at(&self.q), k: at(&self.k), v: at(&self.v), beta: at(&self.beta), g: at(&self.g) }
+        }
+    }
+
     /// The prompt form over several chunks (the last one padded), from a non-zero state,
     /// against the recurrence a token at a time: the same outputs and final state.
     #[test]
@@ -272,12 +276,12 @@ mod tests {
         let g = rand(&[b, t, h], 5).sigmoid().unwrap().mul_scalar(-2.0).unwrap();
         let state0 = rand(&[b, h, dk, dv], 6);
 
-        let (o, state) = chunked(&q, &k, &v, &beta, &g, state0.clone()).unwrap();
+        let all = Steps { q, k, v, beta, g };
+        let (o, state) = chunked(&all, state0.clone()).unwrap();
         let mut s = state0;
         let mut outs = Vec::new();
         for i in 0..t {
-            let at = |x: &Tensor| x.narrow(1, i, 1).unwrap();
-            let (oi, si) = recurrent_step(&at(&q), &at(&k), &at(&v), &at(&beta), &at(&g), s).unwrap();
+            let (oi, si) = recurrent_step(&all.token(i), s).unwrap();
             outs.push(oi);
             s = si;
         }
@@ -289,5 +293,32 @@ mod tests {
         let scale = want.abs().unwrap().max(&[], false).unwrap().to_vec::<f32>().unwrap()[0];
         assert!(err(&o, &want) < 1e-4 * scale, "outputs off by {} (max {scale})", err(&o, &want));
         assert!(err(&state, &s) < 1e-4 * scale.max(1.0), "state off by {}", err(&state, &s));
+    }
+
+    /// Seconds for a prompt's delta rule (16 heads of 128 dims), chunked and a token at a
+    /// time: `cargo test --release -p kiln-models --lib -- --ignored --nocapture prompt_forms`.
+    #[test]
+    #[ignore = "a timing, not a check"]
+    fn prompt_forms_timing() {
+        let (h, d) = (16, 128);
+        for t in [512, 2048] {
+            let rand = |shape: &[usize], seed| Tensor::randn(shape, seed, DType::F32, Device::Cpu).unwrap();
+            let (q, k) = (l2norm(&rand(&[1, t, h, d], 1)).unwrap(), l2norm(&rand(&[1, t, h, d], 2)).unwrap());
+            let v = rand(&[1, t, h, d], 3);
+            let beta = rand(&[1, t, h], 4).sigmoid().unwrap();
+            let g = rand(&[1, t, h], 5).sigmoid().unwrap().mul_scalar(-2.0).unwrap();
+            let s0 = Tensor::zeros(&[1, h, d, d], DType::F32, Device::Cpu).unwrap();
+            let all = Steps { q, k, v, beta, g };
+            let t0 = std::time::Instant::now();
+            chunked(&all, s0.clone()).unwrap();
+            let chunked_s = t0.elapsed().as_secs_f64();
+            let t0 = std::time::Instant::now();
+            let mut s = s0;
+            for i in 0..t {
+                s = recurrent_step(&all.token(i), s).unwrap().1;
+            }
+            let steps_s = t0.elapsed().as_secs_f64();
+            println!("T={t} H={h} d={d}: chunked {chunked_s:.3} s, token by token {steps_s:.3} s");
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use super::config::VaeConfig;
 use super::layers::{CausalConv3d, FeatCache, Head, MidBlock, ResidualBlock};
-use super::resample::{DupUp3d, Mode, Resample};
+use super::resample::{level, DupUp3d, Mode, Resample};
 use crate::loader::WeightSource;
 use kiln::{Result, Tensor};
 
@@ -80,13 +80,7 @@ impl Decoder {
         let x = self.conv_in.forward_cached(z, cache.slot())?;
         let mut x = self.mid.forward(&x, cache)?;
         for b in &self.up {
-            let mut y = x.clone();
-            for r in &b.resnets {
-                y = r.forward(&y, cache)?;
-            }
-            if let Some(u) = &b.up {
-                y = u.forward(&y, cache)?;
-            }
+            let mut y = level(&x, &b.resnets, b.up.as_ref(), cache)?;
             if let Some(s) = &b.shortcut {
                 y = y.add(&s.forward(&x, first_chunk)?)?;
             }

@@ -2,7 +2,7 @@
 
 use super::config::VaeConfig;
 use super::layers::{CausalConv3d, FeatCache, Head, MidBlock, ResidualBlock};
-use super::resample::{AvgDown3d, Mode, Resample};
+use super::resample::{level, AvgDown3d, Mode, Resample};
 use crate::loader::WeightSource;
 use kiln::{Result, Tensor};
 
@@ -83,13 +83,7 @@ impl Encoder {
     pub fn forward(&self, x: &Tensor, cache: &mut FeatCache) -> Result<Tensor> {
         let mut x = self.conv_in.forward_cached(x, cache.slot())?;
         for l in &self.levels {
-            let mut y = x.clone();
-            for r in &l.resnets {
-                y = r.forward(&y, cache)?;
-            }
-            if let Some(d) = &l.down {
-                y = d.forward(&y, cache)?;
-            }
+            let y = level(&x, &l.resnets, l.down.as_ref(), cache)?;
             x = match &l.shortcut {
                 Some(s) => y.add(&s.forward(&x)?)?,
                 None => y,

@@ -3,7 +3,7 @@
 //! Wan 2.2's parameter-free shortcuts `AvgDown3D` / `DupUp3D`, which move pixels between
 //! space-time and channels.
 
-use super::layers::{dims5, CausalConv3d, FeatCache};
+use super::layers::{dims5, CausalConv3d, FeatCache, ResidualBlock};
 use crate::loader::WeightSource;
 use kiln::ops::PadMode;
 use kiln::{Result, Tensor};
@@ -93,6 +93,23 @@ impl Resample {
         }
         let y = tc.forward_cached(x, slot)?;
         y.reshape(&[b, 2, c, t, h, w])?.permute(&[0, 2, 3, 1, 4, 5])?.reshape(&[b, c, 2 * t, h, w])
+    }
+}
+
+/// The main path of an encoder or decoder level: its residual blocks, then its resampler.
+pub fn level(
+    x: &Tensor,
+    resnets: &[ResidualBlock],
+    resample: Option<&Resample>,
+    cache: &mut FeatCache,
+) -> Result<Tensor> {
+    let mut y = x.clone();
+    for r in resnets {
+        y = r.forward(&y, cache)?;
+    }
+    match resample {
+        Some(r) => r.forward(&y, cache),
+        None => Ok(y),
     }
 }
 
