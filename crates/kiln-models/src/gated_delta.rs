@@ -182,11 +182,12 @@ fn chunked(x: &Steps, state: Tensor) -> Result<(Tensor, Tensor)> {
     let (k_beta, v_beta) = (k.mul(&beta)?, v.mul(&beta)?);
     let kt = k.transpose(-1, -2)?;
     let solve = unit_lower_inverse(&k_beta.matmul(&kt)?.mul(&decay)?, &tri.eye)?;
+    let cum_exp = cum.exp()?;
     let new_values = solve.matmul(&v_beta)?;
-    let k_cumdecay = solve.matmul(&k_beta.mul(&cum.exp()?)?)?;
+    let k_cumdecay = solve.matmul(&k_beta.mul(&cum_exp)?)?;
     let intra = q.matmul(&kt)?.mul(&decay)?;
     let last = cum.narrow(3, c - 1, 1)?;
-    let q_decayed = q.mul(&cum.exp()?)?;
+    let q_decayed = q.mul(&cum_exp)?;
     let k_to_end = k.mul(&last.sub(&cum)?.exp()?)?;
     let chunk_decay = last.exp()?;
 

@@ -5,8 +5,9 @@
 use crate::generate::{generate, GenerateOptions};
 use crate::llama::Model;
 use crate::sampling::SamplingParams;
-use kiln::{DType, Device, Result};
-use std::path::Path;
+use kiln::{DType, Device, Result, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 /// The fixture architectures this crate runs.
 pub const ARCHS: [&str; 5] = ["llama", "qwen3", "qwen3_moe", "lfm2_moe", "qwen3_5_moe"];
@@ -32,16 +33,33 @@ impl GoldenReport {
     }
 }
 
+/// A fixture folder's `golden.safetensors` (on the CPU); a missing tensor is an error
+/// naming the file. The model and VAE checks read their references from it.
+pub struct Golden {
+    path: PathBuf,
+    tensors: HashMap<String, Tensor>,
+}
+
+impl Golden {
+    pub fn load(dir: &Path) -> Result<Golden> {
+        let path = dir.join("golden.safetensors");
+        let tensors = kiln::io::safetensors::load(&path, Device::Cpu)?;
+        Ok(Golden { path, tensors })
+    }
+
+    pub fn get(&self, name: &str) -> Result<Tensor> {
+        self.tensors.get(name).cloned().ok_or_else(|| kiln::Error::File {
+            path: self.path.display().to_string(),
+            msg: format!("no tensor {name:?}"),
+        })
+    }
+}
+
 /// Runs the model of `dir` on `device` with weights in `dtype` against its golden file.
 pub fn check(dir: &Path, device: Device, dtype: DType) -> Result<GoldenReport> {
     let model = Model::load(dir, device, dtype)?;
-    let golden = kiln::io::safetensors::load(dir.join("golden.safetensors"), Device::Cpu)?;
-    let get = |name: &str| {
-        golden.get(name).cloned().ok_or_else(|| kiln::Error::File {
-            path: dir.join("golden.safetensors").display().to_string(),
-            msg: format!("no tensor {name:?}"),
-        })
-    };
+    let golden = Golden::load(dir)?;
+    let get = |name: &str| golden.get(name);
     let (input, want_logits) = (get("input_ids")?, get("logits")?);
     let want_greedy: Vec<u32> = get("greedy_ids")?.to_vec::<i64>()?.into_iter().map(|i| i as u32).collect();
 

@@ -34,16 +34,6 @@ impl FeatCache {
     }
 }
 
-/// The last `n` frames (dim 2) of `past` followed by `x`, copied so the chunk can be freed.
-pub fn last_frames(past: Option<&Tensor>, x: &Tensor, n: usize) -> Result<Tensor> {
-    let all = match past {
-        Some(p) => Tensor::cat(&[p.clone(), x.clone()], 2)?,
-        None => x.clone(),
-    };
-    let t = all.size(2)?;
-    all.narrow(2, t - n.min(t), n.min(t))?.contiguous()
-}
-
 /// `WanCausalConv3d`: a Conv3d whose time padding all goes before the input, so frame `t`
 /// sees only frames `≤ t`; frames kept from the previous chunk stand in for that padding.
 /// 2-D convolutions applied frame by frame are loaded as `1 × k × k` kernels.
@@ -97,22 +87,34 @@ impl CausalConv3d {
         Ok(CausalConv3d { weight, bias, front: 2 * padding[0], conv })
     }
 
-    /// `x` `[B, C, T, H, W]` with `past` (at most `front` frames of the previous chunk's
-    /// input) before it.
-    pub fn forward(&self, x: &Tensor, past: Option<&Tensor>) -> Result<Tensor> {
-        let (x, zeros) = match past {
-            Some(p) if self.front > 0 => (Tensor::cat(&[p.clone(), x.clone()], 2)?, self.front - p.size(2)?),
-            _ => (x.clone(), self.front),
+    /// `x` `[B, C, T, H, W]` after `zeros` zero frames.
+    fn run(&self, x: &Tensor, zeros: usize) -> Result<Tensor> {
+        let x = if zeros > 0 {
+            x.pad(&[0, 0, 0, 0, zeros as isize, 0], PadMode::Constant(0.0))?
+        } else {
+            x.clone()
         };
-        let x = if zeros > 0 { x.pad(&[0, 0, 0, 0, zeros as isize, 0], PadMode::Constant(0.0))? } else { x };
         x.conv3d(&self.weight, Some(&self.bias), &self.conv)
     }
 
-    /// [`forward`](Self::forward) with the previous chunk's frames from `slot`, which then
-    /// keeps this chunk's last ones.
+    /// `x` `[B, C, T, H, W]` with no earlier chunk: its time padding is all zeros.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.run(x, self.front)
+    }
+
+    /// `x` after the previous chunk's frames kept in `slot` (zeros where there are fewer
+    /// than `front`); `slot` then keeps the last `CACHE_T` frames of the two.
     pub fn forward_cached(&self, x: &Tensor, slot: &mut Option<Tensor>) -> Result<Tensor> {
-        let y = self.forward(x, slot.as_ref())?;
-        *slot = Some(last_frames(slot.as_ref(), x, CACHE_T)?);
+        let all = match slot.take() {
+            Some(past) => Tensor::cat(&[past, x.clone()], 2)?,
+            None => x.clone(),
+        };
+        let (seen, t) = (all.size(2)? - x.size(2)?, all.size(2)?);
+        let y = match self.front {
+            0 => self.run(x, 0)?,
+            front => self.run(&all, front - seen)?,
+        };
+        *slot = Some(all.narrow(2, t - CACHE_T.min(t), CACHE_T.min(t))?.contiguous()?);
         Ok(y)
     }
 }
@@ -175,7 +177,7 @@ impl ResidualBlock {
 
     pub fn forward(&self, x: &Tensor, cache: &mut FeatCache) -> Result<Tensor> {
         let h = match &self.shortcut {
-            Some(c) => c.forward(x, None)?,
+            Some(c) => c.forward(x)?,
             None => x.clone(),
         };
         let y = self.conv1.forward_cached(&self.norm1.forward(x)?.silu()?, cache.slot())?;
@@ -202,13 +204,13 @@ impl AttentionBlock {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, c, t, h, w) = dims5(x)?;
-        let qkv = self.to_qkv.forward(&self.norm.forward(x)?, None)?;
+        let qkv = self.to_qkv.forward(&self.norm.forward(x)?)?;
         // [B, 3C, T, H, W] → one attention problem per frame: [B·T, 1, H·W, 3C].
         let qkv = qkv.permute(&[0, 2, 3, 4, 1])?.reshape(&[b * t, 1, h * w, 3 * c])?;
         let part = |i: usize| qkv.narrow(3, i * c, c);
         let o = part(0)?.scaled_dot_product_attention(&part(1)?, &part(2)?, &Sdpa::default())?;
         let o = o.reshape(&[b, t, h, w, c])?.permute(&[0, 4, 1, 2, 3])?;
-        self.proj.forward(&o, None)?.add(x)
+        self.proj.forward(&o)?.add(x)
     }
 }
 

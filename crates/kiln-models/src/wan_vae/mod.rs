@@ -91,7 +91,7 @@ impl WanVae {
             bar.inc(1);
         }
         bar.finish_and_clear();
-        let enc = self.quant_conv.forward(&Tensor::cat(&outs, 2)?, None)?;
+        let enc = self.quant_conv.forward(&Tensor::cat(&outs, 2)?)?;
         enc.narrow(1, 0, c.z_dim)?.contiguous()
     }
 
@@ -106,7 +106,7 @@ impl WanVae {
                 format!("decode: latents {:?}, expected [B, {}, T ≥ 1, h, w]", z.shape(), c.z_dim),
             ));
         }
-        let x = self.post_quant_conv.forward(&z.to_dtype(self.dtype)?, None)?;
+        let x = self.post_quant_conv.forward(&z.to_dtype(self.dtype)?)?;
         let mut cache = FeatCache::default();
         let mut outs = Vec::with_capacity(t);
         let bar = progress("decoding", t);
@@ -159,11 +159,16 @@ fn unpatchify(x: &Tensor, p: usize) -> Result<Tensor> {
     x.reshape(&[b, c, p, p, f, h, w])?.permute(&[0, 1, 4, 5, 3, 6, 2])?.reshape(&[b, c, f, h * p, w * p])
 }
 
-/// PSNR in dB of `got` against `want` for signals in [-1, 1] (peak-to-peak 2).
-pub fn psnr(got: &Tensor, want: &Tensor) -> Result<f64> {
+/// PSNR in dB of `got` against `want` for signals in [-1, 1] (peak-to-peak 2), and the
+/// largest |Δ|.
+pub fn compare(got: &Tensor, want: &Tensor) -> Result<(f64, f64)> {
+    if got.shape() != want.shape() {
+        return Err(Error::ShapeMismatch { op: OP, lhs: got.shape().to_vec(), rhs: want.shape().to_vec() });
+    }
     let d = got.to_dtype(DType::F64)?.to_device(Device::Cpu)?.sub(&want.to_dtype(DType::F64)?)?;
     let mse = d.square()?.mean(&[], false)?.to_vec::<f64>()?[0];
-    Ok(10.0 * (4.0 / mse).log10())
+    let max = d.abs()?.max(&[], false)?.to_vec::<f64>()?[0];
+    Ok((10.0 * (4.0 / mse).log10(), max))
 }
 
 /// The fixture folders: Wan 2.1 and Wan 2.2 layouts.
@@ -206,14 +211,8 @@ pub fn verdict(r: &VaeReport, dtype: DType) -> std::result::Result<(), String> {
 /// Runs the VAE of `dir` on `device` in `dtype` on the fixture's `z` and `x`.
 pub fn check(dir: &Path, device: Device, dtype: DType) -> Result<VaeReport> {
     let vae = WanVae::load(dir, device, dtype)?;
-    let path = dir.join("golden.safetensors");
-    let golden = kiln::io::safetensors::load(&path, Device::Cpu)?;
-    let get = |name: &str| {
-        golden.get(name).cloned().ok_or_else(|| Error::File {
-            path: path.display().to_string(),
-            msg: format!("no tensor {name:?}"),
-        })
-    };
+    let golden = crate::golden::Golden::load(dir)?;
+    let get = |name: &str| golden.get(name);
     let decoded = vae.decode(&get("z")?.to_device(device)?)?;
     let mean = vae.encode(&get("x")?.to_device(device)?)?;
     let roundtrip = vae.decode(&mean)?;
@@ -221,16 +220,9 @@ pub fn check(dir: &Path, device: Device, dtype: DType) -> Result<VaeReport> {
     let mut db = [0.0; 3];
     let mut max_err = 0.0f64;
     for (i, (got, want)) in pairs.iter().enumerate() {
-        if got.shape() != want.shape() {
-            return Err(Error::ShapeMismatch {
-                op: OP,
-                lhs: got.shape().to_vec(),
-                rhs: want.shape().to_vec(),
-            });
-        }
-        db[i] = psnr(got, want)?;
-        let d = got.to_dtype(DType::F32)?.to_device(Device::Cpu)?.sub(want)?.abs()?;
-        max_err = max_err.max(d.max(&[], false)?.to_vec::<f32>()?[0] as f64);
+        let (psnr, max) = compare(got, want)?;
+        db[i] = psnr;
+        max_err = max_err.max(max);
     }
     Ok(VaeReport { decoded: db[0], encoded: db[1], roundtrip: db[2], max_err })
 }

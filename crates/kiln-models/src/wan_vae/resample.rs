@@ -69,11 +69,11 @@ impl Resample {
                     Some(tc) => self.double_frames(tc, x, cache.slot())?,
                     None => x.clone(),
                 };
-                self.conv.forward(&upsample_nearest_2x(&x)?, None)
+                self.conv.forward(&upsample_nearest_2x(&x)?)
             }
             Mode::Down2d | Mode::Down3d => {
                 // nn.ZeroPad2d((0, 1, 0, 1)): one column right, one row below.
-                let x = self.conv.forward(&x.pad(&[0, 1, 0, 1], PadMode::Constant(0.0))?, None)?;
+                let x = self.conv.forward(&x.pad(&[0, 1, 0, 1], PadMode::Constant(0.0))?)?;
                 match &self.time_conv {
                     Some(tc) => halve_frames(tc, &x, cache.slot()),
                     None => Ok(x),
@@ -120,7 +120,7 @@ fn halve_frames(tc: &CausalConv3d, x: &Tensor, slot: &mut Option<Tensor>) -> Res
     let last = x.narrow(2, t - 1, 1)?.contiguous()?;
     let y = match slot.take() {
         None => x.clone(),
-        Some(prev) => tc.forward(&Tensor::cat(&[prev, x.clone()], 2)?, None)?,
+        Some(prev) => tc.forward(&Tensor::cat(&[prev, x.clone()], 2)?)?,
     };
     *slot = Some(last);
     Ok(y)
