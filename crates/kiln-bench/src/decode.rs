@@ -12,6 +12,7 @@
 //! cache, LM head, on-device argmax, 8-byte read of the token (which syncs, so wall time
 //! per step is device time plus launch gaps). Eager, not graph-replayed.
 
+use crate::peaks::{gib, Peaks};
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
 use kiln_models::config::{Arch, Config, MixerKind, MoeConfig, RopeScaling, RouterConfig, ShortConvConfig};
@@ -195,14 +196,7 @@ pub fn run_config(
 ) -> Result<Value> {
     let dtype = DType::BF16;
     let linear_elem = if quantize == Quantize::Fp8 { 1 } else { dtype.size() };
-    let cuda = match device {
-        Device::Cuda(i) => Some(kiln::cuda::device(i)?),
-        Device::Cpu => None,
-    };
-    let probe = cuda.as_ref().map(|d| d.driver_peak_probe()).transpose()?;
-    if let Some(d) = &cuda {
-        d.reset_peak();
-    }
+    let peaks = Peaks::start(device)?;
     let t0 = Instant::now();
     let model = Model::random_quantized(config.clone(), device, dtype, 1, quantize)?;
     let warmup = 3;
@@ -210,7 +204,7 @@ pub fn run_config(
     let mut cache = model.new_cache(1, capacity)?;
     let mut sampler = Sampler::new(SamplingParams::greedy(), capacity, device)?;
     let mut token = Tensor::from_vec(vec![1i64], &[1], device)?;
-    if let Some(d) = &cuda {
+    if let Some(d) = peaks.as_ref().map(Peaks::device) {
         d.synchronize()?;
         // Temporaries of the random init are not part of what decode needs.
         d.empty_cache()?;
@@ -255,23 +249,13 @@ pub fn run_config(
             "floor_tokens_per_s": floor_tps, "fraction_of_floor": tps / floor_tps,
         }));
     }
-    let memory = match (&cuda, probe) {
-        (Some(d), Some(p)) => {
-            let s = d.memory_stats();
-            let driver = p.finish();
-            println!(
-                "  memory: peak live {:.2} GiB, peak reserved {:.2} GiB, peak driver-used {:.2} GiB",
-                gib(s.peak_live_bytes),
-                gib(s.peak_reserved_bytes),
-                gib(driver)
-            );
-            json!({
-                "peak_live_bytes": s.peak_live_bytes,
-                "peak_reserved_bytes": s.peak_reserved_bytes,
-                "peak_driver_used_bytes": driver,
-            })
+    let memory = match peaks {
+        Some(p) => {
+            let m = p.finish();
+            println!("  memory: {m}");
+            m.to_json()
         }
-        _ => Value::Null,
+        None => Value::Null,
     };
     let linear_weights = if quantize == Quantize::Fp8 { "fp8" } else { dtype.name() };
     Ok(json!({
@@ -294,10 +278,6 @@ fn decode_step(model: &Model, cache: &mut KvCache, sampler: &mut Sampler, token:
     let hidden = model.forward(&token.reshape(&[1, 1])?, cache)?;
     *token = sampler.sample(&model.logits(&hidden)?)?;
     token.to_vec::<i64>().map(drop)
-}
-
-fn gib(b: u64) -> f64 {
-    b as f64 / (1u64 << 30) as f64
 }
 
 fn describe(q: Quantize) -> &'static str {

@@ -8,6 +8,7 @@ pub mod fp8;
 pub mod harness;
 pub mod linalg_fixtures;
 pub mod linear;
+pub mod peaks;
 pub mod peer;
 pub mod plot;
 pub mod progress;

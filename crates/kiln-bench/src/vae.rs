@@ -3,6 +3,7 @@
 //! peaks (live tensors, the allocator's pool, what the driver reports used). On the CPU
 //! the same code runs at 1/8 of the widths on 64×64 frames, saying so.
 
+use crate::peaks::Peaks;
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
 use kiln_models::loader::RandomSource;
@@ -52,19 +53,12 @@ pub fn run_config(
     repeats: usize,
 ) -> Result<Value> {
     let dtype = DType::BF16;
-    let cuda = match device {
-        Device::Cuda(i) => Some(kiln::cuda::device(i)?),
-        Device::Cpu => None,
-    };
     let (s, ft, z) = (cfg.spatial_factor(), cfg.temporal_factor(), cfg.z_dim);
     let vae = WanVae::build(&mut RandomSource::new(device, dtype, 1), cfg)?;
     let latents = Tensor::randn(&[1, z, 1 + (frames - 1) / ft, h / s, w / s], 2, dtype, device)?;
     let video = Tensor::rand(&[1, 3, frames, h, w], 3, dtype, device)?.mul_scalar(2.0)?.add_scalar(-1.0)?;
-    let sync = || cuda.as_ref().map_or(Ok(()), |d| d.synchronize());
-    let probe = cuda.as_ref().map(|d| d.driver_peak_probe()).transpose()?;
-    if let Some(d) = &cuda {
-        d.reset_peak();
-    }
+    let peaks = Peaks::start(device)?;
+    let sync = || peaks.as_ref().map_or(Ok(()), |p| p.device().synchronize());
     let time = |f: &dyn Fn() -> Result<Tensor>| -> Result<f64> {
         f()?;
         sync()?;
@@ -81,21 +75,13 @@ pub fn run_config(
     let decode_s = time(&|| vae.decode(&latents))?;
     let encode_s = time(&|| vae.encode(&video))?;
     println!("  {name}: {frames}×{h}×{w} video: decode {decode_s:.3} s, encode {encode_s:.3} s (bf16, median of {repeats})");
-    let memory = match (&cuda, probe) {
-        (Some(d), Some(p)) => {
-            let m = d.memory_stats();
-            let driver = p.finish();
-            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-            println!(
-                "  {name}: peak live {:.2} GiB, peak reserved {:.2} GiB, peak driver-used {:.2} GiB",
-                gib(m.peak_live_bytes),
-                gib(m.peak_reserved_bytes),
-                gib(driver)
-            );
-            json!({ "peak_live_bytes": m.peak_live_bytes, "peak_reserved_bytes": m.peak_reserved_bytes,
-                    "peak_driver_used_bytes": driver })
+    let memory = match peaks {
+        Some(p) => {
+            let m = p.finish();
+            println!("  {name}: {m}");
+            m.to_json()
         }
-        _ => Value::Null,
+        None => Value::Null,
     };
     Ok(json!({
         "video": [frames, h, w], "latents": latents.shape(), "repeats": repeats, "warmup": 1,

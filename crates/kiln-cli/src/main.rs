@@ -381,11 +381,7 @@ fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
     if let (Device::Cpu, Err(why)) = (device, kiln::cuda::availability()) {
         eprintln!("running on the CPU: no GPU in use ({why})");
     }
-    let cuda = match device {
-        Device::Cuda(i) => Some(kiln::cuda::device(i)?),
-        Device::Cpu => None,
-    };
-    let probe = cuda.as_ref().map(|d| d.driver_peak_probe()).transpose()?;
+    let peaks = kiln_bench::peaks::Peaks::start(device)?;
     let vae = WanVae::load(&a.model, device, dtype)?;
     let t0 = std::time::Instant::now();
     let (y, name) = match a.direction {
@@ -394,13 +390,11 @@ fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
     };
     let y = y.to_dtype(kiln::DType::F32)?.to_device(Device::Cpu)?;
     eprintln!("{name} {:?} in {:.2} s on {device} ({dtype})", y.shape(), t0.elapsed().as_secs_f64());
-    if let (Some(d), Some(p)) = (cuda, probe) {
-        let m = d.memory_stats();
+    if let Some(p) = peaks {
+        let m = p.finish();
         eprintln!(
             "memory: peak live {} B, peak reserved {} B, peak driver-used {} B",
-            m.peak_live_bytes,
-            m.peak_reserved_bytes,
-            p.finish()
+            m.live, m.reserved, m.driver_used
         );
     }
     kiln::io::safetensors::save(&a.output, &[(name, &y)])?;
