@@ -12,7 +12,7 @@
 //! cache, LM head, on-device argmax, 8-byte read of the token (which syncs, so wall time
 //! per step is device time plus launch gaps). Eager, not graph-replayed.
 
-use crate::peaks::{gib, Peaks};
+use crate::peaks::{self, gib, Peaks};
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
 use kiln_models::config::{Arch, Config, MixerKind, MoeConfig, RopeScaling, RouterConfig, ShortConvConfig};
@@ -249,14 +249,7 @@ pub fn run_config(
             "floor_tokens_per_s": floor_tps, "fraction_of_floor": tps / floor_tps,
         }));
     }
-    let memory = match peaks {
-        Some(p) => {
-            let m = p.finish();
-            println!("  memory: {m}");
-            m.to_json()
-        }
-        None => Value::Null,
-    };
+    let memory = peaks::report(peaks, "memory");
     let linear_weights = if quantize == Quantize::Fp8 { "fp8" } else { dtype.name() };
     Ok(json!({
         "dtype": dtype.name(),

@@ -44,6 +44,15 @@ impl Peaks {
     }
 }
 
+/// The peaks of a suite run: printed as `  {label}: peak live …`, returned as JSON; null
+/// on the CPU.
+pub fn report(peaks: Option<Peaks>, label: &str) -> Value {
+    let Some(p) = peaks else { return Value::Null };
+    let m = p.finish();
+    println!("  {label}: {m}");
+    m.to_json()
+}
+
 impl MemoryPeaks {
     pub fn to_json(self) -> Value {
         json!({ "peak_live_bytes": self.live, "peak_reserved_bytes": self.reserved,

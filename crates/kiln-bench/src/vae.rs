@@ -3,7 +3,7 @@
 //! peaks (live tensors, the allocator's pool, what the driver reports used). On the CPU
 //! the same code runs at 1/8 of the widths on 64×64 frames, saying so.
 
-use crate::peaks::Peaks;
+use crate::peaks::{self, Peaks};
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
 use kiln_models::loader::RandomSource;
@@ -75,14 +75,7 @@ pub fn run_config(
     let decode_s = time(&|| vae.decode(&latents))?;
     let encode_s = time(&|| vae.encode(&video))?;
     println!("  {name}: {frames}×{h}×{w} video: decode {decode_s:.3} s, encode {encode_s:.3} s (bf16, median of {repeats})");
-    let memory = match peaks {
-        Some(p) => {
-            let m = p.finish();
-            println!("  {name}: {m}");
-            m.to_json()
-        }
-        None => Value::Null,
-    };
+    let memory = peaks::report(peaks, name);
     Ok(json!({
         "video": [frames, h, w], "latents": latents.shape(), "repeats": repeats, "warmup": 1,
         "decode_s": decode_s, "encode_s": encode_s, "memory": memory,
