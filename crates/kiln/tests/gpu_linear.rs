@@ -1,5 +1,5 @@
 //! Decode-time `linear` on the GPU (the GEMV kernels of cuda/ops/gemv.rs, and the cuBLAS
-//! path they hand over to) and `expert_linear` (their experts kernel) against the CPU backend: odd N and K, 1–8 rows, bias or none,
+//! path they hand over to), `expert_linear` (their experts kernel) and `grouped_mm` against the CPU backend: odd N and K, 1–8 rows, bias or none,
 //! non-contiguous x / bias / weight views, all three dtypes, and every kernel variant
 //! forced through the override. See `common/mod.rs` for the harness.
 
@@ -248,8 +248,56 @@ fn experts(cx: &mut Ctx) -> Res {
     Ok(())
 }
 
+/// `grouped_mm` (group ends read on the device) against the CPU backend: odd M, N and K
+/// (K off the kernel's 32-deep step), empty groups, rows past the last end (zeros), a
+/// transposed `[G, N, K]` weight view (F.linear's expert layout), more groups than the
+/// kernel's 128-thread scan takes at once, and a capture in a CUDA graph, which a host
+/// read of the ends would break.
+fn grouped(cx: &mut Ctx) -> Res {
+    let many: Vec<i32> = (1..=200).map(|g| (g * 1000 / 200 - (g % 3) * 2).max(0)).collect();
+    let cases: [(usize, usize, usize, Vec<i32>); 5] = [
+        (1, 16, 8, vec![1]),
+        (37, 40, 70, vec![5, 5, 20, 33]),
+        (300, 96, 130, vec![0, 64, 65, 200, 300]),
+        (129, 1, 3, vec![100, 129]),
+        (1000, 72, 66, many),
+    ];
+    for dt in DTYPES {
+        for (m, k, n, ends) in &cases {
+            let g = ends.len();
+            let a = Pair::new(cx, &[*m, *k], dt)?;
+            let offs = Tensor::from_vec(ends.clone(), &[g], Device::Cpu).map_err(e)?;
+            let offs = Pair { g: offs.to_device(cx.gpu).map_err(e)?, c: offs };
+            let b = Pair::new(cx, &[g, *k, *n], dt)?;
+            let bt = Pair::new(cx, &[g, *n, *k], dt)?.map(|t| t.transpose(1, 2))?;
+            for (what, b) in [("b", &b), ("b transposed", &bt)] {
+                let name = format!("{dt} {m}x{k} · {g}x{k}x{n} {what}");
+                let gpu = a.g.grouped_mm(&b.g, &offs.g).map_err(|er| format!("{name}: {er}"))?;
+                let cpu = a.c.grouped_mm(&b.c, &offs.c).map_err(|er| format!("{name}: {er}"))?;
+                same(&name, &gpu, &cpu, tol(dt))?;
+            }
+        }
+    }
+    let dev = kiln::cuda::device(0).map_err(e)?;
+    let a = Pair::new(cx, &[50, 24], DType::BF16)?;
+    let b = Pair::new(cx, &[3, 24, 40], DType::BF16)?;
+    let offs = Tensor::from_vec(vec![10i32, 10, 45], &[3], Device::Cpu).map_err(e)?;
+    let offs = Pair { g: offs.to_device(cx.gpu).map_err(e)?, c: offs };
+    dev.begin_capture().map_err(e)?;
+    let captured = a.g.grouped_mm(&b.g, &offs.g);
+    let graph = dev.end_capture().map_err(e)?;
+    let y = captured.map_err(e)?;
+    graph.replay().map_err(e)?;
+    same("grouped_mm in a CUDA graph", &y, &a.c.grouped_mm(&b.c, &offs.c).map_err(e)?, tol(DType::BF16))
+}
+
 fn main() -> ExitCode {
-    let cases: &[Case] =
-        &[("shapes", shapes), ("views", views), ("variants", variants), ("experts", experts)];
+    let cases: &[Case] = &[
+        ("shapes", shapes),
+        ("views", views),
+        ("variants", variants),
+        ("experts", experts),
+        ("grouped", grouped),
+    ];
     common::run("gpu_linear", cases)
 }

@@ -113,16 +113,16 @@ impl Tensor {
     /// stacked into `[M, N]`. `offs` is int32 `[G]` of cumulative group ends
     /// (non-decreasing, at most M); an empty group gives no rows. Rows past `offs[G-1]`
     /// are zero (PyTorch leaves them uninitialised). f32, f16 or bf16, one dtype, as
-    /// PyTorch allows. On the CPU (composed of `matmul`); a CUDA tensor gets
-    /// `Error::NotImplemented` until it has a kernel, since reading `offs` here would
-    /// sync with the host.
+    /// PyTorch allows (its CUDA kernel takes bf16 only; kiln's takes all three).
+    ///
+    /// On CUDA the kernel of `kernels/grouped_mm.cu` reads `offs` on the device: no host
+    /// sync, so it can run in a CUDA graph. There ends that go backwards or past M cannot
+    /// be refused; they are clamped (each end the running maximum, at most M) instead. On
+    /// the CPU they are an error (composed of `matmul` per group).
     pub fn grouped_mm(&self, b: &Tensor, offs: &Tensor) -> Result<Tensor> {
         const OP: &str = "grouped_mm";
         self.check_same_device(b, OP)?;
         self.check_same_device(offs, OP)?;
-        if self.device != Device::Cpu {
-            return Err(Error::NotImplemented { op: OP, device: self.device, dtype: self.dtype });
-        }
         if !matches!(self.dtype, DType::F32 | DType::F16 | DType::BF16) {
             return Err(Error::DTypeNotSupported { op: OP, got: self.dtype, expected: "f32, f16 or bf16" });
         }
@@ -150,6 +150,21 @@ impl Tensor {
                 ))
             }
         };
+        if let Device::Cuda(_) = self.device {
+            if [m, k, n, g].iter().any(|&v| v > i32::MAX as usize) {
+                return Err(Error::invalid(
+                    OP,
+                    format!("sizes past int32 on CUDA: a {:?}, b {:?}", self.shape(), b.shape()),
+                ));
+            }
+            let buf = match (&*self.read(), &*b.read(), &*offs.read()) {
+                (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(o)) => {
+                    crate::cuda::ops::grouped_mm(x, &self.layout, w, &b.layout, o, &offs.layout, self.dtype)?
+                }
+                _ => unreachable!("devices checked above"),
+            };
+            return Ok(Tensor::from_storage(Storage::Cuda(buf), &[m, n], self.dtype, self.device));
+        }
         let ends = offs.to_vec::<i32>()?;
         let mut start = 0;
         let out = Tensor::zeros(&[m, n], self.dtype, self.device)?;

@@ -292,8 +292,15 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
 #endif
 }
 
+// The cluster shape is compiled in (the launcher reads it back); older targets, where the
+// kernel only traps, have no clusters.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FG_CLUSTER_DIMS __cluster_dims__(FG_CLUSTER, 1, 1)
+#else
+#define FG_CLUSTER_DIMS
+#endif
 #define KILN_FP8_GEMM(S, T)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(FG_THREADS, 1)                                                     \
+    extern "C" __global__ void __launch_bounds__(FG_THREADS, 1) FG_CLUSTER_DIMS                                    \
         fp8_gemm_##S(const __grid_constant__ TmaMap ma, const __grid_constant__ TmaMap mw,                         \
                      const __grid_constant__ TmaMap mo, const float* sa, const float* sb, const T* bias, int M,    \
                      int N, int K, int rowwise) {                                                                   \

@@ -19,12 +19,12 @@ use cudarc::driver::sys::{
 };
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-// Tile and pipeline of fp8_gemm.cu (FG_BM, FG_BN, FG_BK, FG_STAGES, FG_CLUSTER, FG_THREADS).
+// Tile and pipeline of fp8_gemm.cu (FG_BM, FG_BN, FG_BK, FG_STAGES, FG_THREADS). The cluster
+// size (FG_CLUSTER) is the kernel's own (`__cluster_dims__`): the launcher reads it back.
 const BM: usize = 128;
 const BN: usize = 192;
 const BK: usize = 128;
 const STAGES: usize = 4;
-const CLUSTER: usize = 2;
 const THREADS: u32 = 384;
 /// Each consumer warpgroup's output staging buffer (FG_OUT_BYTES): 64 rows of 384 bytes.
 const OUT_STAGING: usize = 64 * 384;
@@ -175,9 +175,10 @@ pub(super) fn fp8_gemm(
     let (m, n, k) = dims;
     let f = dev.function(&FP8_GEMM, &format!("fp8_gemm_{}", out_name(p.out)))?;
     f.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, SMEM as i32)?;
+    let cluster = f.get_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?.max(1) as usize;
     let u8 = Dt::CU_TENSOR_MAP_DATA_TYPE_UINT8;
     let ma = tensor_map(a.ptr, u8, 1, (m, k, a.ld), BM)?;
-    let mw = tensor_map(w.ptr, u8, 1, (n, k, w.ld), BN / CLUSTER)?;
+    let mw = tensor_map(w.ptr, u8, 1, (n, k, w.ld), BN / cluster)?;
     let out = dev.alloc(m * n * p.out.size())?;
     let odt = match p.out {
         DType::BF16 => Dt::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -186,26 +187,29 @@ pub(super) fn fp8_gemm(
     };
     // Each consumer warpgroup stores 64 rows at a time.
     let mo = tensor_map(out.ptr(), odt, p.out.size(), (m, n, n), 64)?;
-    // One cluster per pair of vertically adjacent tiles, at most one block per SM.
-    let pairs = m.div_ceil(CLUSTER * BM) * n.div_ceil(BN);
-    let sms = (dev.props().sm_count.max(CLUSTER as i32) as usize) & !(CLUSTER - 1);
-    let cfg = LaunchConfig {
-        grid_dim: ((CLUSTER * pairs).min(sms) as u32, 1, 1),
+    // One cluster per `cluster` vertically adjacent tiles, no more clusters than fit at once
+    // (the grid is persistent: a cluster that did not fit would start after the others).
+    // A GPC's SMs need not split into whole clusters, so that can be fewer than SMs / cluster.
+    let one = LaunchConfig {
+        grid_dim: (cluster as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: SMEM as u32,
     };
-    let how =
-        Launch { cluster: Some(CLUSTER as u32), after_previous: dependent_launch(dev), ..Launch::default() };
+    let fit = f.occupancy_max_active_clusters(one, dev.stream().raw())?.max(1) as usize;
+    let tiles = m.div_ceil(cluster * BM) * n.div_ceil(BN);
+    let cfg = LaunchConfig { grid_dim: ((cluster * tiles.min(fit)) as u32, 1, 1), ..one };
+    // The cluster shape is compiled in, so the launch does not set one.
+    let how = Launch { after_previous: dependent_launch(dev), ..Launch::default() };
     let (sa, sb) = (p.scale_a.ptr(), p.scale_b.ptr());
     let bias = p.bias.map_or(0, |b| b.ptr());
     let (m32, n32, k32, rowwise) = (m as i32, n as i32, k as i32, (p.recipe == Recipe::RowWise) as i32);
     // SAFETY: the tensor maps cover m rows of `a` and n rows of `w`, K bytes each at their
     // pitches (the copy engine reads nothing outside them and zero-fills the rest of a
     // tile), and the m × n outputs of `out` (the copy engine clips partial tiles to them);
-    // the kernel reads m or 1
-    // scales at `sa`, n or 1 at `sb` and n bias values when non-null. SMEM covers its
-    // stages, staging buffers and barriers, the grid is whole clusters, and it calls
-    // kiln_after_previous_kernel before its first global access.
+    // the kernel reads m or 1 scales at `sa`, n or 1 at `sb` and n bias values when
+    // non-null. SMEM covers its stages, staging buffers and barriers, the grid is whole
+    // clusters of the kernel's compiled shape, and it calls kiln_after_previous_kernel
+    // before its first global access.
     unsafe {
         launch(
             &dev.stream(),

@@ -15,6 +15,7 @@ mod elementwise;
 mod fp8_gemm;
 mod fp8_linear;
 pub mod gemv;
+mod grouped_mm;
 mod histogram;
 mod index;
 mod loss;
@@ -30,6 +31,7 @@ pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
     Variant as Fp8LinearVariant, W8A16_MAX_M,
 };
+pub use grouped_mm::grouped_mm;
 pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::{gather, index_select, put, take};
 pub use loss::mse_loss;
@@ -68,6 +70,7 @@ pub(crate) const LOSS: KernelSource = kernel_source!("loss");
 pub(crate) const SCALED_MM: KernelSource = kernel_source!("scaled_mm");
 pub(crate) const FP8_LINEAR: KernelSource = kernel_source!("fp8_linear");
 pub(crate) const FP8_GEMM: KernelSource = kernel_source!("fp8_gemm");
+pub(crate) const GROUPED_MM: KernelSource = kernel_source!("grouped_mm");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
@@ -84,6 +87,7 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     SCALED_MM,
     FP8_LINEAR,
     FP8_GEMM,
+    GROUPED_MM,
 ];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
