@@ -1,6 +1,6 @@
 //! `kiln bench`: runs suites, wraps their results with provenance, compares runs.
 //! The four families stay separate in the output: throughput (decode), op latency
-//! (runtime, linear, reductions, fp8), correctness, memory.
+//! (runtime, linear, reductions, fp8, grouped), correctness, memory.
 
 use crate::report::provenance;
 use kiln::{Device, Error, Result};
@@ -14,9 +14,9 @@ pub const SCHEMA: u64 = 1;
 pub const DEFAULT_GPU: &[&str] = ALL_GPU;
 pub const DEFAULT_CPU: &[&str] = &["cpu", "correctness"];
 /// Every suite, for `--suite all` on a GPU (decode carries the memory family).
-pub const ALL_GPU: &[&str] = &["runtime", "correctness", "linear", "reductions", "fp8", "decode"];
+pub const ALL_GPU: &[&str] = &["runtime", "correctness", "linear", "reductions", "fp8", "grouped", "decode"];
 /// The op-latency family, for `--suite ops`.
-pub const OPS: &[&str] = &["runtime", "linear", "reductions", "fp8"];
+pub const OPS: &[&str] = &["runtime", "linear", "reductions", "fp8", "grouped"];
 
 /// The correctness family: every fixture case on `device`.
 pub fn correctness(device: Device) -> Result<Value> {
@@ -64,13 +64,14 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "linear" => crate::linear::run(opts.peer),
         "reductions" => crate::reductions::run(opts.peer),
         "fp8" => crate::fp8::run(opts.peer),
+        "grouped" => crate::grouped::run(opts.peer),
         "decode" => crate::decode::run(opts.preset),
         "memory" => crate::decode::memory(opts.preset),
         "vae" => crate::vae::run(device),
         other => Err(Error::invalid(
             "bench",
             format!(
-                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, ops, decode, memory, vae, correctness, default, all)"
+                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, ops, decode, memory, vae, correctness, default, all)"
             ),
         )),
     }
