@@ -4,13 +4,23 @@
 # clock's drift falls on all of them alike. LAB_VARIANTS="- dir ..." ("-" = the built-in
 # kernels; a dir holds variant sources, compiled through KILN_KERNEL_DIR), LAB_ROUNDS (3),
 # LAB_DEFINES="name:MACRO=value,MACRO=value ..." (more variants: the tree's fp8_gemm.cu with
-# those #defines rewritten, e.g. "c4:FG_CLUSTER=4").
+# those #defines rewritten, e.g. "c4:FG_CLUSTER=4"), LAB_BINARIES="name:kiln-binary:dir ..." (more
+# variants: another build of kiln, whose launcher matches the kernel source in dir, with that
+# build's gpu_fp8 test binary beside it).
 # Ends with the median µs per variant of kiln's FP8 GEMM (forced) and cuBLASLt on the large
 # shapes. JSON per run under $OUT/variants/.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/variants"
-variants=${LAB_VARIANTS:--}
+# A variant is name|binary|kernel dir ("" = the built-in sources).
+variants=""
+for v in ${LAB_VARIANTS:--}; do
+  [ "$v" = - ] && variants="$variants builtin|.gpu/kiln|" || variants="$variants $(basename "$v")|.gpu/kiln|$(realpath "$v")"
+done
+for spec in ${LAB_BINARIES:-}; do
+  IFS=: read -r name bin dir <<<"$spec"
+  variants="$variants $name|$bin|$(realpath "$dir")"
+done
 for spec in ${LAB_DEFINES:-}; do
   name=${spec%%:*} dir=/tmp/lab-variants/${spec%%:*}
   mkdir -p "$dir" && cp crates/kiln/src/cuda/kernels/fp8_gemm.cu "$dir/"
@@ -19,21 +29,23 @@ for spec in ${LAB_DEFINES:-}; do
     grep -q "^#define ${d%%=*} " "$dir/fp8_gemm.cu" || { echo "$name: no #define ${d%%=*}"; exit 2; }
     sed -i "s/^#define ${d%%=*} .*/#define ${d%%=*} ${d#*=}/" "$dir/fp8_gemm.cu"
   done
-  variants="$variants $dir"
+  variants="$variants $name|.gpu/kiln|$dir"
 done
 export KILN_FIXTURES=$PWD/.gpu/fixtures KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT=$(cat .gpu/COMMIT)
 echo "$(date -u '+%F %H:%M UTC'), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), kiln $KILN_COMMIT"
-# Each variant first passes gpu_fp8's checks of kiln's GEMM against the CPU backend.
+# Each variant first passes gpu_fp8's checks of kiln's GEMM against the CPU backend (its
+# build's test binary).
 for v in $variants; do
-  [ "$v" = - ] && continue
-  KILN_KERNEL_DIR=$(realpath "$v") timeout 120 .gpu/tests/gpu_fp8 own_gemm >"$OUT/variants/$(basename "$v")-check.txt" 2>&1
-  echo "$(basename "$v") gpu_fp8 own_gemm: rc=$? $(grep 'test result' "$OUT/variants/$(basename "$v")-check.txt")"
+  IFS='|' read -r name bin dir <<<"$v"
+  [ -z "$dir" ] && continue
+  tests=$([ "$bin" = .gpu/kiln ] && echo .gpu/tests/gpu_fp8 || echo "$(dirname "$bin")/gpu_fp8")
+  KILN_KERNEL_DIR=$dir timeout 120 "$tests" own_gemm >"$OUT/variants/$name-check.txt" 2>&1
+  echo "$name gpu_fp8 own_gemm: rc=$? $(grep -E 'passed|FAIL' "$OUT/variants/$name-check.txt" | tail -3)"
 done
 for r in $(seq 1 "${LAB_ROUNDS:-3}"); do
   for v in $variants; do
-    name=$([ "$v" = - ] && echo builtin || basename "$v")
-    dir=$([ "$v" = - ] && echo "" || realpath "$v")
-    KILN_KERNEL_DIR=$dir timeout 120 .gpu/kiln bench --suite fp8 --peer none \
+    IFS='|' read -r name bin dir <<<"$v"
+    KILN_KERNEL_DIR=$dir timeout 120 "$bin" bench --suite fp8 --peer none \
       --json "$OUT/variants/$name-$r.json" > "$OUT/variants/$name-$r.txt" 2>&1 || echo "$name round $r: rc=$?"
   done
 done
