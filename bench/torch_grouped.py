@@ -12,7 +12,7 @@ Output: {"torch": version, "cuda": version, "device": name, "results": [{"name",
 """
 
 import torch
-from torch_timing import graph_samples_us
+from torch_timing import graph_samples_us, peer_results
 
 
 def time_shape(spec, calls, reps):
@@ -33,9 +33,4 @@ def run(spec):
     for s in spec["shapes"]:
         us, min_us = time_shape(s, calls, reps)
         results.append({"name": s["name"], "us": us, "min_us": min_us})
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0),
-        "results": results,
-    }
+    return peer_results(results)

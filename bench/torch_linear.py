@@ -13,7 +13,7 @@ Output, `run`'s result: {"torch": version, "device": name, "results": [{"name", 
 
 import torch
 import torch.nn.functional as F
-from torch_timing import graph_samples_us
+from torch_timing import graph_samples_us, peer_results
 
 
 def time_shape(spec, rows, dtype, reps):
@@ -35,9 +35,4 @@ def run(spec):
     for s in spec["shapes"]:
         us, min_us = time_shape(s, rows, dtype, reps)
         results.append({"name": s["name"], "us": us, "min_us": min_us})
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0),
-        "results": results,
-    }
+    return peer_results(results)

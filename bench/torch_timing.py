@@ -30,3 +30,13 @@ def graph_samples_us(fn, calls, reps, warmups=3):
         b.synchronize()
         samples.append(a.elapsed_time(b) * 1e3 / calls)
     return sorted(samples)
+
+
+def peer_results(results):
+    """A peer suite's output: its per-workload results with the torch build and device."""
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0),
+        "results": results,
+    }
