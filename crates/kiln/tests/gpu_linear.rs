@@ -249,14 +249,16 @@ fn experts(cx: &mut Ctx) -> Res {
 }
 
 /// `grouped_mm` (group ends read on the device) against the CPU backend: odd M, N and K
-/// (K off the kernel's 32-deep step), empty groups, rows past the last end (zeros), a
-/// transposed `[G, N, K]` weight view (F.linear's expert layout), more groups than the
-/// kernel's 128-thread scan takes at once, and a capture in a CUDA graph, which a host
-/// read of the ends would break.
+/// (K off the kernel's 32-deep step), K and N multiples of 8 (16-byte loads), empty
+/// groups, rows past the last end (zeros), a transposed `[G, N, K]` weight view (F.linear's
+/// expert layout), more groups than the kernel's 128-thread scan takes at once, and a
+/// capture in a CUDA graph, which a host read of the ends would break.
 fn grouped(cx: &mut Ctx) -> Res {
     let many: Vec<i32> = (1..=200).map(|g| (g * 1000 / 200 - (g % 3) * 2).max(0)).collect();
-    let cases: [(usize, usize, usize, Vec<i32>); 5] = [
+    let cases: [(usize, usize, usize, Vec<i32>); 6] = [
         (1, 16, 8, vec![1]),
+        // K and N multiples of 8, several K steps and a partial one: 16-byte loads.
+        (515, 136, 264, vec![3, 130, 130, 400, 515]),
         (37, 40, 70, vec![5, 5, 20, 33]),
         (300, 96, 130, vec![0, 64, 65, 200, 300]),
         (129, 1, 3, vec![100, 129]),

@@ -27,6 +27,7 @@ pub fn grouped_mm(
     let sfx = match dt {
         DType::BF16 => "bf16",
         DType::F16 => "f16",
+        DType::F32 => "f32",
         _ => {
             return Err(Error::NotImplemented {
                 op: "grouped_mm",
