@@ -12,15 +12,18 @@
 //!   each (token, slot) by the expert its device-side top-k index names, one launch per
 //!   projection that streams only the chosen experts' weights. Routing never leaves the
 //!   device, so a decode step has no host sync.
-//! - **grouped** (prompts): the top-k indices are read back once per layer (one host
-//!   sync), the (token, slot) pairs sorted by expert, and each expert with tokens runs
-//!   one matmul over its contiguous group. Gathering weights per token would copy
-//!   `tokens · top_k` expert matrices here, far more than the layer holds.
+//! - **grouped** (prompts): the (token, slot) pairs are grouped by expert on the device
+//!   ([`Tensor::expert_groups`]), the tokens gathered in group order, and each projection
+//!   runs as one [`Tensor::grouped_mm`] over every expert's group: no host sync. Gathering
+//!   weights per token would copy `tokens · top_k` expert matrices here, far more than
+//!   the layer holds.
 //!
 //! FP8 experts (an FP8 checkpoint, or `Quantize::Fp8`) are kept per expert instead, one
-//! [`LinearWeight`] each for gate_up and down, and always run **grouped** (the FP8 GEMM
-//! takes one weight, so there is no batched gather): one host sync per MoE layer per step,
-//! also when decoding. The router stays dense.
+//! [`LinearWeight`] each for gate_up and down, and always run grouped by a host loop (the
+//! FP8 GEMM takes one weight, so there is no batched gather or grouped FP8 product): the
+//! top-k indices are read back (one host sync per MoE layer per step, also when decoding)
+//! and each expert with tokens runs one linear pair over its contiguous group. The router
+//! stays dense.
 
 use crate::config::{Config, RouterConfig};
 use crate::layers::{swiglu, LinearWeight, Mlp, WeightBytes};
@@ -174,7 +177,29 @@ impl MoeBlock {
     pub fn grouped(&self, x: &Tensor, experts: &Tensor) -> Result<Tensor> {
         let (n, h) = (x.shape()[0], x.shape()[1]);
         let k = self.top_k;
-        // The one host read of the prompt path: which expert each (token, slot) chose.
+        let (gate_up, down) = match &self.experts {
+            Experts::Stacked { gate_up, down } => (gate_up, down),
+            Experts::PerExpert { gate_up, down } => {
+                return Self::grouped_per_expert(x, experts, k, gate_up, down)
+            }
+        };
+        // Pairs grouped by expert on the device, every expert in one grouped_mm per
+        // projection (the weights' transposed views: F.linear's [out, in] per expert).
+        let g = experts.expert_groups(self.num_experts())?;
+        let hid = swiglu(&x.index_select(0, &g.rows)?.grouped_mm(&gate_up.transpose(1, 2)?, &g.ends)?)?;
+        hid.grouped_mm(&down.transpose(1, 2)?, &g.ends)?.index_select(0, &g.slot_rows)?.reshape(&[n, k, h])
+    }
+
+    /// [`Self::grouped`] for per-expert (FP8) weights: the one host read of the path (which
+    /// expert each (token, slot) chose), then one linear pair per expert with tokens.
+    fn grouped_per_expert(
+        x: &Tensor,
+        experts: &Tensor,
+        k: usize,
+        gate_up: &[LinearWeight],
+        down: &[LinearWeight],
+    ) -> Result<Tensor> {
+        let (n, h) = (x.shape()[0], x.shape()[1]);
         let chosen = experts.to_dtype(DType::I64)?.to_vec::<i64>()?;
         let mut order: Vec<usize> = (0..n * k).collect();
         order.sort_by_key(|&s| chosen[s]);
@@ -187,17 +212,8 @@ impl MoeBlock {
             let e = chosen[order[start]];
             let len = order[start..].iter().take_while(|&&s| chosen[s] == e).count();
             let e = e as usize;
-            let xe = xs.narrow(0, start, len)?;
-            let y = match &self.experts {
-                Experts::Stacked { gate_up, down } => {
-                    let gu = gate_up.narrow(0, e, 1)?.squeeze(0)?;
-                    let dn = down.narrow(0, e, 1)?.squeeze(0)?;
-                    swiglu(&xe.linear(&gu, None)?)?.linear(&dn, None)?
-                }
-                Experts::PerExpert { gate_up, down } => {
-                    down[e].forward(&swiglu(&gate_up[e].forward(&xe, None)?)?, None)?
-                }
-            };
+            let y =
+                down[e].forward(&swiglu(&gate_up[e].forward(&xs.narrow(0, start, len)?, None)?)?, None)?;
             ys.narrow(0, start, len)?.copy_(&y)?;
             start += len;
         }

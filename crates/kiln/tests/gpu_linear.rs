@@ -293,6 +293,63 @@ fn grouped(cx: &mut Ctx) -> Res {
     same("grouped_mm in a CUDA graph", &y, &a.c.grouped_mm(&b.c, &offs.c).map_err(e)?, tol(DType::BF16))
 }
 
+/// `expert_groups` (a counting sort on the device) against the CPU's stable sort: the same
+/// group ends, a permutation whose rows name each pair's token inside its expert's group
+/// (the GPU's order within a group is free), and a mixture-of-experts layer run through it
+/// (gather, two `grouped_mm`s, scatter back) equal to the CPU's. Sizes past the kernel's
+/// 1024 threads in pairs and in experts, one expert, negative indices.
+fn expert_groups(cx: &mut Ctx) -> Res {
+    for (t, k, ne) in [(1, 1, 1), (5, 2, 3), (700, 8, 128), (3001, 4, 1500), (64, 8, 7)] {
+        cx.seed += 1;
+        let mut state = cx.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let idx: Vec<i64> = (0..t * k)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                // Skewed towards low experts (as routers are), a few negative (wrapped).
+                let e = ((state >> 11) % ne as u64).min((state >> 40) % ne as u64) as i64;
+                if state.is_multiple_of(17) {
+                    e - ne as i64
+                } else {
+                    e
+                }
+            })
+            .collect();
+        let name = format!("expert_groups {t}x{k} of {ne}");
+        let c = Tensor::from_vec(idx.clone(), &[t, k], Device::Cpu).map_err(e)?;
+        let gg = c.to_device(cx.gpu).map_err(e)?.expert_groups(ne).map_err(|er| format!("{name}: {er}"))?;
+        let cg = c.expert_groups(ne).map_err(e)?;
+        let ends = gg.ends.to_vec::<i32>().map_err(e)?;
+        if ends != cg.ends.to_vec::<i32>().map_err(e)? {
+            return Err(format!("{name}: group ends differ"));
+        }
+        let (rows, slot_rows) =
+            (gg.rows.to_vec::<i64>().map_err(e)?, gg.slot_rows.to_vec::<i64>().map_err(e)?);
+        let mut seen = vec![false; t * k];
+        for (s, &p) in slot_rows.iter().enumerate() {
+            let ex = idx[s].rem_euclid(ne as i64) as usize;
+            let (lo, hi) = (if ex == 0 { 0 } else { ends[ex - 1] as i64 }, ends[ex] as i64);
+            if p < lo || p >= hi || seen[p as usize] || rows[p as usize] != (s / k) as i64 {
+                return Err(format!("{name}: pair {s} (expert {ex}) got row {p}, groups {lo}..{hi}"));
+            }
+            seen[p as usize] = true;
+        }
+        let (h, inter) = (40, 24);
+        let x = Pair::new(cx, &[t, h], DType::BF16)?;
+        let up = Pair::new(cx, &[ne, inter, h], DType::BF16)?.map(|w| w.transpose(1, 2))?;
+        let down = Pair::new(cx, &[ne, h, inter], DType::BF16)?.map(|w| w.transpose(1, 2))?;
+        let layer = |x: &Tensor, up: &Tensor, down: &Tensor, g: &kiln::ExpertGroups| {
+            let hid = x.index_select(0, &g.rows)?.grouped_mm(up, &g.ends)?.silu()?;
+            hid.grouped_mm(down, &g.ends)?.index_select(0, &g.slot_rows)
+        };
+        let gpu = layer(&x.g, &up.g, &down.g, &gg).map_err(|er| format!("{name}: {er}"))?;
+        let cpu = layer(&x.c, &up.c, &down.c, &cg).map_err(|er| format!("{name}: {er}"))?;
+        same(&format!("{name} layer"), &gpu, &cpu, 2.0 * tol(DType::BF16))?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cases: &[Case] = &[
         ("shapes", shapes),
@@ -300,6 +357,7 @@ fn main() -> ExitCode {
         ("variants", variants),
         ("experts", experts),
         ("grouped", grouped),
+        ("expert_groups", expert_groups),
     ];
     common::run("gpu_linear", cases)
 }

@@ -1,15 +1,88 @@
-//! `expert_linear`: `F.linear` whose weight each (token, slot) takes from stacked experts
-//! by an index that stays on the device — a mixture-of-experts layer at decode. On CUDA
-//! the experts kernel of `kernels/gemv.cu` streams only the chosen experts' weights, with
-//! no gathered copy and no host sync; shapes it declines (and the CPU) take reference
-//! paths with the same result.
+//! Mixture-of-experts helpers whose expert indices stay on the device.
+//! - `expert_linear`: `F.linear` whose weight each (token, slot) takes from stacked experts
+//!   — a layer at decode. On CUDA the experts kernel of `kernels/gemv.cu` streams only the
+//!   chosen experts' weights, with no gathered copy and no host sync; shapes it declines
+//!   (and the CPU) take reference paths with the same result.
+//! - `expert_groups`: the (token, slot) pairs grouped by expert — a prompt, whose experts
+//!   then run as `grouped_mm`s. On CUDA a counting sort in `kernels/expert_groups.cu`, no
+//!   host sync.
 
 use super::index::{check_index_dtype, host_indices};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use crate::{Device, Tensor};
 
+/// A mixture-of-experts layer's (token, slot) pairs grouped by expert
+/// ([`Tensor::expert_groups`]).
+#[derive(Debug)]
+pub struct ExpertGroups {
+    /// int64 `[T·k]`: the token of each grouped row; expert 0's rows first, then expert 1's…
+    pub rows: Tensor,
+    /// int64 `[T·k]`: the grouped row of each (token, slot), row-major over `[T, k]`.
+    pub slot_rows: Tensor,
+    /// int32 `[E]`: cumulative group ends, `grouped_mm`'s `offs`.
+    pub ends: Tensor,
+}
+
 impl Tensor {
+    /// Groups the router's choices `self` (`[T, k]`, any integer dtype) by expert, for
+    /// `num_experts` experts, so that a prompt's experts run as one `grouped_mm` each:
+    /// `x.index_select(0, rows)` stacks the tokens in group order, `grouped_mm(…, ends)`
+    /// runs every expert on its rows, and `index_select(0, slot_rows)` puts the outputs
+    /// back in `[T·k]` order. Negative indices wrap once. On the CPU pairs keep their order
+    /// within a group and an index still outside `[0, E)` is an error; on CUDA the order
+    /// within a group is unspecified (grouped_mm's rows do not depend on it), no host sync
+    /// is made, and such an index gets a row past the last end, which grouped_mm zeroes.
+    pub fn expert_groups(&self, num_experts: usize) -> Result<ExpertGroups> {
+        const OP: &str = "expert_groups";
+        check_index_dtype(OP, self)?;
+        let (t, k) = match *self.shape() {
+            [t, k] => (t, k),
+            _ => return Err(Error::bad_shape(OP, format!("experts must be [T, k], got {:?}", self.shape()))),
+        };
+        if num_experts == 0 || num_experts > i32::MAX as usize {
+            return Err(Error::invalid(OP, format!("{num_experts} experts")));
+        }
+        let n = t * k;
+        let i64s = |v: Vec<i64>| Tensor::from_vec(v, &[n], self.device);
+        if let Device::Cuda(_) = self.device {
+            let idx = self.to_dtype(crate::DType::I64)?.dense()?;
+            let (rows, slot_rows, ends) = match &*idx.read() {
+                Storage::Cuda(b) => crate::cuda::ops::expert_groups(b, n, k, num_experts)?,
+                _ => unreachable!("a CUDA tensor"),
+            };
+            let wrap =
+                |buf, shape: &[usize], dt| Tensor::from_storage(Storage::Cuda(buf), shape, dt, self.device);
+            return Ok(ExpertGroups {
+                rows: wrap(rows, &[n], crate::DType::I64),
+                slot_rows: wrap(slot_rows, &[n], crate::DType::I64),
+                ends: wrap(ends, &[num_experts], crate::DType::I32),
+            });
+        }
+        // CPU: a stable counting sort of the host indices.
+        let idx = host_indices(OP, self, num_experts)?;
+        let mut next = vec![0usize; num_experts + 1];
+        for &e in &idx {
+            next[e + 1] += 1;
+        }
+        for e in 0..num_experts {
+            next[e + 1] += next[e];
+        }
+        let ends: Vec<i32> = next[1..].iter().map(|&v| v as i32).collect();
+        let (mut rows, mut slot_rows) = (vec![0i64; n], vec![0i64; n]);
+        for (s, &e) in idx.iter().enumerate() {
+            let p = next[e];
+            next[e] += 1;
+            rows[p] = (s / k) as i64;
+            slot_rows[s] = p as i64;
+        }
+        Ok(ExpertGroups {
+            rows: i64s(rows)?,
+            slot_rows: i64s(slot_rows)?,
+            ends: Tensor::from_vec(ends, &[num_experts], self.device)?,
+        })
+    }
+
     /// `y[t, j] = weights[experts[t, j]] · x[t]` for `x` `[T, K]` (every slot of a token
     /// reads its row), or `· x[t, j]` for `x` `[T, k, K]` (a row per slot); `weights`
     /// `[E, N, K]` (F.linear's `[out, in]` per expert), `experts` `[T, k]` of any integer
@@ -120,6 +193,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Groups in expert order, pairs in order within a group, and the round trip
+    /// `slot_rows` ∘ `rows` gives back each pair's token; bad input is refused.
+    #[test]
+    fn expert_groups_sort_pairs_by_expert() {
+        let experts = Tensor::from_vec(vec![2i32, 0, -1, 2, 0, 3], &[3, 2], Device::Cpu).unwrap();
+        let g = experts.expert_groups(4).unwrap();
+        assert_eq!(g.ends.to_vec::<i32>().unwrap(), [2, 2, 4, 6]);
+        assert_eq!(g.rows.to_vec::<i64>().unwrap(), [0, 2, 0, 1, 1, 2]);
+        assert_eq!(g.slot_rows.to_vec::<i64>().unwrap(), [2, 0, 4, 3, 1, 5]);
+        let msg = |r: crate::Result<super::ExpertGroups>| r.unwrap_err().to_string();
+        assert!(msg(experts.expert_groups(3)).contains("out of range"));
+        assert!(msg(experts.reshape(&[6]).unwrap().expert_groups(4)).contains("[T, k]"));
+        assert!(msg(experts.to_dtype(DType::F32).unwrap().expert_groups(4)).contains("integer"));
+        assert!(experts.expert_groups(0).is_err());
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod view;
 pub use attention::Sdpa;
 pub use conv::Conv;
 pub use create::RandKind;
+pub use experts::ExpertGroups;
 pub use interpolate::{InterpolateMode, Resize};
 pub use loss::Reduction;
 pub use pad::PadMode;

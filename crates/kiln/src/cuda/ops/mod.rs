@@ -12,6 +12,7 @@ macro_rules! launch {
 
 mod copy;
 mod elementwise;
+mod expert_groups;
 mod fp8_gemm;
 mod fp8_linear;
 pub mod gemv;
@@ -26,6 +27,7 @@ mod topk;
 
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
+pub use expert_groups::{expert_groups, EXPERT_GROUPS_MAX};
 pub use fp8_gemm::{fp8_gemm_choice, own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
 pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
@@ -71,6 +73,7 @@ pub(crate) const SCALED_MM: KernelSource = kernel_source!("scaled_mm");
 pub(crate) const FP8_LINEAR: KernelSource = kernel_source!("fp8_linear");
 pub(crate) const FP8_GEMM: KernelSource = kernel_source!("fp8_gemm");
 pub(crate) const GROUPED_MM: KernelSource = kernel_source!("grouped_mm");
+pub(crate) const EXPERT_GROUPS: KernelSource = kernel_source!("expert_groups");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
@@ -88,6 +91,7 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     FP8_LINEAR,
     FP8_GEMM,
     GROUPED_MM,
+    EXPERT_GROUPS,
 ];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
