@@ -10,7 +10,8 @@
 //!
 //! Each step is what `kiln generate` does per token: forward one token over the KV
 //! cache, LM head, on-device argmax, 8-byte read of the token (which syncs, so wall time
-//! per step is device time plus launch gaps). Eager, not graph-replayed.
+//! per step is device time plus launch gaps). Eager, not graph-replayed. Before decoding,
+//! one forward over a 512-token prompt from an empty cache is timed (`prompt`).
 
 use crate::peaks::{self, gib, Peaks};
 use crate::report::provenance;
@@ -217,6 +218,8 @@ pub fn run_config(
         gib(w.linear as u64),
         gib(w.fp8 as u64)
     );
+    let prompt =
+        prompt_pass(&model, &mut cache, device, contexts.iter().copied().min().unwrap_or(1).min(PROMPT))?;
     let mut results = vec![];
     for &ctx in contexts {
         // The cached values do not change the cost: only the length matters.
@@ -261,9 +264,37 @@ pub fn run_config(
         "linear_weight_bytes": w.linear,
         "fp8_weight_bytes": w.fp8,
         "kv_cache_bytes": cache.nbytes(),
+        "prompt": prompt,
         "decode": results,
         "memory": memory,
     }))
+}
+
+/// Tokens of the timed prompt (capped at the smallest context).
+const PROMPT: usize = 512;
+
+/// One forward over a `len`-token prompt from an empty cache, as `kiln generate` makes
+/// before decoding (mixture-of-experts layers take their grouped path), read back so the
+/// time is the device's; the median of 3 after one unmeasured pass.
+fn prompt_pass(model: &Model, cache: &mut KvCache, device: Device, len: usize) -> Result<Value> {
+    let ids: Vec<i64> = (0..len as i64).collect();
+    let tokens = Tensor::from_vec(ids, &[1, len], device)?;
+    let mut ms = Vec::with_capacity(3);
+    for pass in 0..4 {
+        cache.set_len(0)?;
+        let t = Instant::now();
+        let hidden = model.forward(&tokens, cache)?;
+        hidden.narrow(1, len - 1, 1)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        if pass > 0 {
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    let median = ms[ms.len() / 2];
+    println!("  prompt of {len} tokens: {median:.1} ms ({:.0} tokens/s)", len as f64 / median * 1e3);
+    Ok(
+        json!({ "tokens": len, "median_ms": median, "tokens_per_s": len as f64 / median * 1e3, "passes": ms.len() }),
+    )
 }
 
 /// One token: forward over the cache, LM head, greedy pick, 8-byte read.
@@ -341,6 +372,7 @@ mod tests {
             let v = run_config(c, q, Device::Cpu, &[8, 20], 2).unwrap();
             assert_eq!(v["decode"].as_array().unwrap().len(), 2, "{name}");
             assert!(v["decode"][1]["tokens_per_s"].as_f64().unwrap() > 0.0);
+            assert_eq!(v["prompt"]["tokens"], 8, "{name}");
             let fp8 = v["fp8_weight_bytes"].as_u64().unwrap();
             assert_eq!(fp8 > 0, q == Quantize::Fp8, "{name}");
             if q == Quantize::Fp8 {

@@ -7,10 +7,15 @@
 //
 // A block computes a 64×64 tile of one group's rows, four warps of 32×32, K in steps of 32
 // through shared memory: bf16 / f16 on mma.sync m16n8k16 with f32 accumulation, f32 on
-// FMAs. Both operands are stored k-contiguous with rows padded to 40 elements (20 words
-// for 16-bit types): a warp's fragment reads (8 rows × 4 words) then fall in 32 banks. Any strides are read, so views
-// (a transposed `[G, N, K]` weight, as F.linear stores experts) need no copy; loads follow
-// whichever of b's K or N strides is 1.
+// FMAs. Any strides are read, so views (a transposed `[G, N, K]` weight, as F.linear
+// stores experts) need no copy.
+//
+// Two ways in. The common layouts (16-bit types, a's rows and one of b's K or N axes
+// contiguous, 16-byte aligned, K — and N when b's N axis is the contiguous one — a
+// multiple of 8) take 16-byte asynchronous copies, GM_STAGES K steps in flight, and
+// fragments by ldmatrix (.trans for b stored N-contiguous). Everything else, f32 included,
+// takes element loads, one K step at a time. Rows are padded (80 or 144 bytes) so that
+// ldmatrix's eight 16-byte row reads fall in distinct banks.
 //
 // grid.x covers the row tiles of every group, at most ceil(M/64) + G + 1 (a group boundary
 // adds at most one partial tile; group G is the zero rows past the last end). A block finds
@@ -19,8 +24,15 @@
 #define GM_BM 64
 #define GM_BN 64
 #define GM_BK 32
+// Row pitch, in elements, of tiles stored K-contiguous (a; b when its K axis is
+// contiguous) and of b tiles stored N-contiguous.
 #define GM_PAD 40
+#define GM_NPAD 72
+#define GM_STAGES 3
 #define GM_THREADS 128
+// Bytes of one operand's stages (the larger of a [64][GM_PAD] and a [32][GM_NPAD] 16-bit
+// tile per stage); the element-load path uses the first stage, f32 included.
+#define GM_OPERAND_BYTES (GM_STAGES * GM_BM * GM_PAD * 2)
 
 template <typename T> __device__ void gm_mma(float* d, const unsigned* a, const unsigned* b);
 #define KILN_GM_MMA(T, P)                                                                                 \
@@ -139,32 +151,96 @@ __device__ void gm_find(const int* __restrict__ offs, int M, int G, int slot, in
     }
 }
 
+// 16-byte copy into shared memory, zeros where `valid` is false (no bytes are read then).
+__device__ __forceinline__ void gm_cp16(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ void gm_ldsm4(unsigned* r, unsigned at, bool trans) {
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+
+// The 16-byte path's K loop (see the top): a tile at shared address `as`, b at `bs`, one
+// stage each GM_BM·GM_PAD·2 bytes apart; b stored [n][k] when `b_kmajor`, else [k][n].
 template <typename T>
-__device__ __forceinline__ void grouped_mm_body(const T* __restrict__ a, i64 sam, i64 sak, const T* __restrict__ b,
-                                                i64 sbg, i64 sbk, i64 sbn, const int* __restrict__ offs,
-                                                T* __restrict__ out, int M, int N, int K, int G) {
-    __shared__ __align__(16) T as[GM_BM][GM_PAD];
-    __shared__ __align__(16) T bs[GM_BN][GM_PAD];
-    __shared__ int found[3];
-    kiln_after_previous_kernel();
-    gm_find(offs, M, G, blockIdx.x, found);
-    __syncthreads();
-    const int g = found[0], m0 = found[1], m1 = found[2], n0 = blockIdx.y * GM_BN;
-    if (g < 0) return;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+__device__ __forceinline__ void gm_loop_async(float (*acc)[4][4], const T* __restrict__ a, i64 sam,
+                                              const T* __restrict__ bg, i64 sbk, i64 sbn, bool b_kmajor, unsigned as,
+                                              unsigned bs, int m0, int m1, int n0, int N, int K) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    const unsigned stage_bytes = GM_BM * GM_PAD * 2;
+    const int steps = (K + GM_BK - 1) / GM_BK;
+    auto load = [&](int step) {
+        const int k0 = step * GM_BK;
+        const unsigned sa = as + (step % GM_STAGES) * stage_bytes, sb = bs + (step % GM_STAGES) * stage_bytes;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int id = tid + i * GM_THREADS, r = id >> 2, kc = (id & 3) * 8, k = k0 + kc;
+            const bool ok = m0 + r < m1 && k < K;
+            gm_cp16(sa + (r * GM_PAD + kc) * 2, ok ? a + (i64)(m0 + r) * sam + k : a, ok);
+            if (b_kmajor) {
+                const bool okb = n0 + r < N && k < K;
+                gm_cp16(sb + (r * GM_PAD + kc) * 2, okb ? bg + (i64)(n0 + r) * sbn + k : bg, okb);
+            } else {
+                const int kr = id >> 3, nc = (id & 7) * 8;
+                const bool okb = k0 + kr < K && n0 + nc < N;
+                gm_cp16(sb + (kr * GM_NPAD + nc) * 2, okb ? bg + (i64)(k0 + kr) * sbk + n0 + nc : bg, okb);
+            }
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < GM_STAGES - 1; ++s) {
+        if (s < steps) load(s);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int step = 0; step < steps; ++step) {
+        // This step's copies have landed (later ones may still fly) and every warp is done
+        // with the stage that the next load overwrites (read in step − 1).
+        asm volatile("cp.async.wait_group %0;" ::"n"(GM_STAGES - 2) : "memory");
+        __syncthreads();
+        if (step + GM_STAGES - 1 < steps) load(step + GM_STAGES - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const unsigned sa = as + (step % GM_STAGES) * stage_bytes, sb = bs + (step % GM_STAGES) * stage_bytes;
+#pragma unroll
+        for (int ks = 0; ks < GM_BK; ks += 16) {
+            // ldmatrix.x4: lanes 8q..8q+7 address the rows of matrix q. a: matrices (rows
+            // 0–7 | 8–15) × (k 0–7 | 8–15) in mma's a0..a3 order. b: (k 0–7, k 8–15) of
+            // columns 0–7, then of columns 8–15: b0, b1 of two n8 blocks.
+            unsigned af[2][4], bf[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                gm_ldsm4(af[i], sa + ((wm + 16 * i + (lane & 15)) * GM_PAD + ks + (lane >> 4) * 8) * 2, false);
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+                const int n = wn + 16 * jj + (lane >> 4) * 8, k = ks + ((lane >> 3) & 1) * 8;
+                unsigned r[4];
+                if (b_kmajor) gm_ldsm4(r, sb + ((n + (lane & 7)) * GM_PAD + k) * 2, false);
+                else gm_ldsm4(r, sb + ((k + (lane & 7)) * GM_NPAD + n) * 2, true);
+                bf[2 * jj][0] = r[0], bf[2 * jj][1] = r[1], bf[2 * jj + 1][0] = r[2], bf[2 * jj + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) gm_mma<T>(acc[i][j], af[i], bf[j]);
+        }
+    }
+}
+
+// The element-load path's K loop: any strides, any K, f32 too; one K step at a time through
+// the first stage of the shared tiles.
+template <typename T>
+__device__ __forceinline__ void gm_loop_plain(float (*acc)[4][4], const T* __restrict__ a, i64 sam, i64 sak,
+                                              const T* __restrict__ bg, i64 sbk, i64 sbn, T (*as)[GM_PAD],
+                                              T (*bs)[GM_PAD], int m0, int m1, int n0, int N, int K) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const T zero = down<T>(0.f);
-    float acc[2][4][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
-    // Group G (the rows past the last end) multiplies nothing: its tile stays zero.
     const bool b_k_unit = sbk == 1;
-    const T* bg = g < G ? b + (i64)g * sbg : b;
-    for (int k0 = 0; g < G && k0 < K; k0 += GM_BK) {
+    for (int k0 = 0; k0 < K; k0 += GM_BK) {
         // a: lanes along k, 4 rows per pass. b: lanes along whichever of k and n is unit-stride.
 #pragma unroll
         for (int i = 0; i < GM_BM * GM_BK / GM_THREADS; ++i) {
@@ -179,10 +255,55 @@ __device__ __forceinline__ void grouped_mm_body(const T* __restrict__ a, i64 sam
             bs[n][kk] = (n0 + n < N && k0 + kk < K) ? bg[(i64)(k0 + kk) * sbk + (i64)(n0 + n) * sbn] : zero;
         }
         __syncthreads();
-        GmStep<T>::run(acc, as, bs, wm, wn, gq, tq);
+        GmStep<T>::run(acc, as, bs, (warp >> 1) * 32, (warp & 1) * 32, lane >> 2, lane & 3);
         __syncthreads();
     }
-    // GmStep's layout: register 2h + c of acc[i][j] is row 16i + gq + 8h, column 8j + 2tq + c.
+}
+
+__device__ __forceinline__ bool gm_aligned16(const void* p) { return ((unsigned long long)p & 15) == 0; }
+
+template <typename T>
+__device__ __forceinline__ void grouped_mm_body(const T* __restrict__ a, i64 sam, i64 sak, const T* __restrict__ b,
+                                                i64 sbg, i64 sbk, i64 sbn, const int* __restrict__ offs,
+                                                T* __restrict__ out, int M, int N, int K, int G) {
+    __shared__ __align__(128) unsigned char tiles[2 * GM_OPERAND_BYTES];
+    __shared__ int found[3];
+    kiln_after_previous_kernel();
+    gm_find(offs, M, G, blockIdx.x, found);
+    __syncthreads();
+    const int g = found[0], m0 = found[1], m1 = found[2], n0 = blockIdx.y * GM_BN;
+    if (g < 0) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+    // Group G (the rows past the last end) multiplies nothing: its tile stays zero.
+    if (g < G) {
+        const T* bg = b + (i64)g * sbg;
+        bool a_vec = sak == 1 && sam % 8 == 0 && K % 8 == 0 && gm_aligned16(a);
+        bool b_base = sbg % 8 == 0 && gm_aligned16(b);
+        bool b_kmajor = b_base && sbk == 1 && sbn % 8 == 0 && K % 8 == 0;
+        bool b_nmajor = b_base && sbn == 1 && sbk % 8 == 0 && N % 8 == 0;
+        T(*as)[GM_PAD] = reinterpret_cast<T(*)[GM_PAD]>(tiles);
+        T(*bs)[GM_PAD] = reinterpret_cast<T(*)[GM_PAD]>(tiles + GM_OPERAND_BYTES);
+        if constexpr (sizeof(T) == 2) {
+            if (a_vec && (b_kmajor || b_nmajor)) {
+                unsigned base = (unsigned)__cvta_generic_to_shared(tiles);
+                gm_loop_async<T>(acc, a, sam, bg, sbk, sbn, b_kmajor, base, base + GM_OPERAND_BYTES, m0, m1, n0, N, K);
+            } else {
+                gm_loop_plain<T>(acc, a, sam, sak, bg, sbk, sbn, as, bs, m0, m1, n0, N, K);
+            }
+        } else {
+            gm_loop_plain<T>(acc, a, sam, sak, bg, sbk, sbn, as, bs, m0, m1, n0, N, K);
+        }
+    }
+    // mma.sync's layout: register 2h + c of acc[i][j] is row 16i + gq + 8h, column 8j + 2tq
+    // + c. Column pairs go out as one store when N is even (the pair is then aligned).
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -190,12 +311,18 @@ __device__ __forceinline__ void grouped_mm_body(const T* __restrict__ a, i64 sam
             int r = m0 + wm + 16 * i + gq + 8 * h;
             if (r >= m1) continue;
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    int n = n0 + wn + 8 * j + 2 * tq + c;
-                    if (n < N) out[(i64)r * N + n] = down<T>(acc[i][j][2 * h + c]);
+            for (int j = 0; j < 4; ++j) {
+                int n = n0 + wn + 8 * j + 2 * tq;
+                T* o = out + (i64)r * N + n;
+                T v0 = down<T>(acc[i][j][2 * h]), v1 = down<T>(acc[i][j][2 * h + 1]);
+                if (N % 2 == 0 && n + 1 < N) {
+                    struct __align__(2 * sizeof(T)) Pair { T x, y; };
+                    *(Pair*)o = Pair{v0, v1};
+                } else {
+                    if (n < N) o[0] = v0;
+                    if (n + 1 < N) o[1] = v1;
                 }
+            }
         }
 }
 
