@@ -50,13 +50,17 @@ pub fn grouped_mm(
     let s = |l: &Layout, i: usize| l.strides[i] as i64;
     let (sam, sak, sbg, sbk, sbn) = (s(al, 0), s(al, 1), s(bl, 0), s(bl, 1), s(bl, 2));
     let (m32, n32, k32, g32) = (m as i32, n as i32, k as i32, g as i32);
-    // Row tiles of every group: a group boundary adds at most one partial tile, and the rows
-    // past the last end are one more group.
-    let cfg = LaunchConfig {
-        grid_dim: ((m.div_ceil(BM) + g + 1) as u32, n.div_ceil(BN) as u32, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    // Row tiles of every group (a group boundary adds at most one partial tile, and the rows
+    // past the last end are one more group) × column tiles, column tiles fastest.
+    let blocks = (m.div_ceil(BM) + g + 1) * n.div_ceil(BN);
+    if blocks > i32::MAX as usize {
+        return Err(Error::invalid(
+            "grouped_mm",
+            format!("{m} rows in {g} groups × {n} columns: {blocks} tiles, more than a CUDA grid holds"),
+        ));
+    }
+    let cfg =
+        LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let how = Launch { after_previous: dependent_launch(&dev), ..Launch::default() };
     // SAFETY: a and b are read at their layouts' strides within their shapes (rows below M,
     // k below K, n below N, groups below G), offs at G contiguous int32s; out gets M × N
