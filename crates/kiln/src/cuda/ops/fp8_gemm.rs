@@ -5,7 +5,9 @@
 //! H200 at 8192³ row-wise it was faster than cuBLASLt at 6d5145c (893.3 µs against 913.9)
 //! and level with it since (b6bfe59, two runs: 890.0 against 885.4 and 894.0), while at
 //! 4096³ it is slower (131–133 against 105–115) and tensor-wise it only matches cuBLASLt,
-//! so cuBLASLt keeps those (`bench/results/2026-12-04-{6d5145c,b6bfe59}-fp8*.json`).
+//! so cuBLASLt keeps those (`bench/results/2026-12-04-{6d5145c,b6bfe59}-fp8*.json`). At
+//! 3674a56 (H200, three suite runs) it read 878–881 µs row-wise, where PyTorch's row-wise
+//! read 887–898 and cuBLASLt's 977–1016 (`bench/results/2026-12-05-3674a56-h200/`).
 
 use super::scaled_mm::{out_name, Rows, ScaledMm};
 use super::FP8_GEMM;
