@@ -19,11 +19,11 @@
 //!   the layer holds.
 //!
 //! FP8 experts (an FP8 checkpoint, or `Quantize::Fp8`) are kept per expert instead, one
-//! [`LinearWeight`] each for gate_up and down, and always run grouped by a host loop (the
-//! FP8 GEMM takes one weight, so there is no batched gather or grouped FP8 product): the
-//! top-k indices are read back (one host sync per MoE layer per step, also when decoding)
-//! and each expert with tokens runs one linear pair over its contiguous group. The router
-//! stays dense.
+//! [`LinearWeight`] each for gate_up and down, and always run grouped, the experts by a
+//! host loop (the FP8 GEMM takes one weight, so there is no batched gather or grouped FP8
+//! product): the group ends are read back (one host sync per MoE layer per step, also when
+//! decoding) and each expert with tokens runs one linear pair over its contiguous group.
+//! The router stays dense.
 
 use crate::config::{Config, RouterConfig};
 use crate::layers::{swiglu, LinearWeight, Mlp, WeightBytes};
@@ -173,55 +173,39 @@ impl MoeBlock {
         swiglu(&x.expert_linear(gate_up, experts)?)?.expert_linear(down, experts)
     }
 
-    /// Expert outputs `[n, k, H]` by running each expert once over its tokens.
+    /// Expert outputs `[n, k, H]` by running each expert once over its tokens: the pairs
+    /// grouped by expert on the device, the tokens gathered in group order, the experts
+    /// run, the outputs scattered back to (token, slot) order.
     pub fn grouped(&self, x: &Tensor, experts: &Tensor) -> Result<Tensor> {
         let (n, h) = (x.shape()[0], x.shape()[1]);
-        let k = self.top_k;
-        let (gate_up, down) = match &self.experts {
-            Experts::Stacked { gate_up, down } => (gate_up, down),
+        let g = experts.expert_groups(self.num_experts())?;
+        let xs = x.index_select(0, &g.rows)?;
+        let ys = match &self.experts {
+            // Every expert in one grouped_mm per projection (the weights' transposed views:
+            // F.linear's [out, in] per expert); no host sync.
+            Experts::Stacked { gate_up, down } => {
+                swiglu(&xs.grouped_mm(&gate_up.transpose(1, 2)?, &g.ends)?)?
+                    .grouped_mm(&down.transpose(1, 2)?, &g.ends)?
+            }
+            // The FP8 GEMM takes one weight: the group ends are read back (the one host sync
+            // of this path) and each expert with tokens runs one linear pair over its rows.
+            // Rows past the last end (none, with valid indices) stay zero.
             Experts::PerExpert { gate_up, down } => {
-                return Self::grouped_per_expert(x, experts, k, gate_up, down)
+                let ys = Tensor::zeros(&[xs.shape()[0], h], x.dtype(), x.device())?;
+                let mut start = 0;
+                for (e, &end) in g.ends.to_vec::<i32>()?.iter().enumerate() {
+                    let len = end as usize - start;
+                    if len > 0 {
+                        let xe = xs.narrow(0, start, len)?;
+                        ys.narrow(0, start, len)?
+                            .copy_(&down[e].forward(&swiglu(&gate_up[e].forward(&xe, None)?)?, None)?)?;
+                    }
+                    start = end as usize;
+                }
+                ys
             }
         };
-        // Pairs grouped by expert on the device, every expert in one grouped_mm per
-        // projection (the weights' transposed views: F.linear's [out, in] per expert).
-        let g = experts.expert_groups(self.num_experts())?;
-        let hid = swiglu(&x.index_select(0, &g.rows)?.grouped_mm(&gate_up.transpose(1, 2)?, &g.ends)?)?;
-        hid.grouped_mm(&down.transpose(1, 2)?, &g.ends)?.index_select(0, &g.slot_rows)?.reshape(&[n, k, h])
-    }
-
-    /// [`Self::grouped`] for per-expert (FP8) weights: the one host read of the path (which
-    /// expert each (token, slot) chose), then one linear pair per expert with tokens.
-    fn grouped_per_expert(
-        x: &Tensor,
-        experts: &Tensor,
-        k: usize,
-        gate_up: &[LinearWeight],
-        down: &[LinearWeight],
-    ) -> Result<Tensor> {
-        let (n, h) = (x.shape()[0], x.shape()[1]);
-        let chosen = experts.to_dtype(DType::I64)?.to_vec::<i64>()?;
-        let mut order: Vec<usize> = (0..n * k).collect();
-        order.sort_by_key(|&s| chosen[s]);
-        let index = |v: Vec<i64>| Tensor::from_vec(v, &[n * k], x.device());
-        let tokens = index(order.iter().map(|&s| (s / k) as i64).collect())?;
-        let xs = x.index_select(0, &tokens)?;
-        let ys = Tensor::zeros(&[n * k, h], x.dtype(), x.device())?;
-        let mut start = 0;
-        while start < order.len() {
-            let e = chosen[order[start]];
-            let len = order[start..].iter().take_while(|&&s| chosen[s] == e).count();
-            let e = e as usize;
-            let y =
-                down[e].forward(&swiglu(&gate_up[e].forward(&xs.narrow(0, start, len)?, None)?)?, None)?;
-            ys.narrow(0, start, len)?.copy_(&y)?;
-            start += len;
-        }
-        let mut back = vec![0i64; n * k];
-        for (j, &s) in order.iter().enumerate() {
-            back[s] = j as i64;
-        }
-        ys.index_select(0, &index(back)?)?.reshape(&[n, k, h])
+        ys.index_select(0, &g.slot_rows)?.reshape(&[n, self.top_k, h])
     }
 }
 
