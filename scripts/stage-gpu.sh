@@ -19,8 +19,7 @@ for line in sys.stdin:
         name = m["target"]["name"] + ("-lib" if "lib" in m["target"]["kind"] else "")
         shutil.copy(m["executable"], os.path.join(os.environ["S"], "tests", name))
 '
-cp ../shared/fixtures/ops.json ../shared/fixtures/ops.safetensors "$S"/fixtures/
-cp -r ../shared/fixtures/models ../shared/fixtures/vae "$S"/fixtures/ 2>/dev/null || true
+cp -r fixtures/. "$S"/fixtures/
 [ -d bench ] && cp bench/*.py "$S"/ 2>/dev/null || true
 find "$S"/tests -type f ! -name 'gpu_*' ! -name 'kiln-lib' -delete
 strip "$S"/kiln "$S"/tests/* 2>/dev/null || true

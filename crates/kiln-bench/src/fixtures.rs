@@ -352,11 +352,9 @@ pub fn summary(results: &[CaseResult]) -> (usize, usize, usize) {
     s
 }
 
-/// `$KILN_FIXTURES`, else `../shared/fixtures` beside the repository.
+/// `$KILN_FIXTURES`, else the repository's `fixtures/` ([`kiln_models::config::fixtures_dir`]).
 pub fn default_dir() -> std::path::PathBuf {
-    std::env::var_os("KILN_FIXTURES")
-        .map(Into::into)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"))
+    kiln_models::config::fixtures_dir()
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub struct Shape {
     pub layer: &'static str,
     pub n: usize,
     pub k: usize,
-    /// One of the 27 shapes of ../shared/reference/torch-2.11-h200-ops.txt.
+    /// One of the 27 shapes of bench/reference/torch-2.11-h200-ops.txt.
     pub reference: bool,
 }
 

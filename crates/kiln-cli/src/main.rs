@@ -19,9 +19,10 @@ enum Cmd {
     Info,
     /// Run the PyTorch fixture cases of DIR/ops.json and report pass / FAIL / not implemented.
     Check {
-        /// Folder holding ops.json and ops.safetensors.
-        #[arg(long, default_value = "../shared/fixtures")]
-        fixtures: PathBuf,
+        /// Folder holding ops.json and ops.safetensors (default: $KILN_FIXTURES, else the
+        /// repository's fixtures/).
+        #[arg(long)]
+        fixtures: Option<PathBuf>,
         /// cpu, cuda, cuda:N or auto.
         #[arg(long, default_value = "cpu")]
         device: String,
@@ -75,7 +76,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Info => info(),
-        Cmd::Check { fixtures, device } => check(&fixtures, &device),
+        Cmd::Check { fixtures, device } => {
+            check(&fixtures.unwrap_or_else(fixtures::default_dir), &device)
+        }
         Cmd::Kernels { check } => compile_kernels(&check),
         Cmd::Bench { suite, device, preset, quantize, json, compare, plot, peer } => {
             kiln_models::Quantize::parse(&quantize).and_then(|q| {

@@ -1,4 +1,4 @@
-//! FP8-weight models on the CPU, with the fixture models of ../shared/fixtures/models:
+//! FP8-weight models on the CPU, with the fixture models of fixtures/models:
 //! `--quantize fp8` against the dense model (logits and weight bytes), FP8 checkpoints as
 //! Hugging Face stores them (`weight_scale` / `weight_scale_inv`, per row, per tensor,
 //! 128×128 blocks) against `--quantize fp8`, and the load errors of a bad FP8 checkpoint.
