@@ -8,7 +8,7 @@
 use crate::timing::graph_median_ms;
 use kiln::cuda::ops::Fp8Gemm;
 use kiln::fp8::{Fp8Weight, Granularity};
-use kiln::{DType, Device, Result, Tensor};
+use kiln::{settings, DType, Device, Result, Tensor};
 use serde_json::{json, Value};
 
 const GPU: Device = Device::Cuda(0);
@@ -240,9 +240,8 @@ fn unfrozen_rows() -> Result<Vec<Value>> {
 /// The large shapes (M > 16) with `choice` forced (and cuBLASLt's row-wise epilogue path when
 /// `epilogue`, row-wise only), printed one per line; the defaults are restored after.
 fn forced_rows(choice: Fp8Gemm, epilogue: bool) -> Result<Vec<Value>> {
-    let default_gemm = kiln::cuda::ops::fp8_gemm_choice();
-    kiln::cuda::ops::set_fp8_gemm(choice);
-    kiln::cuda::ops::scaled_mm_force_epilogue(epilogue);
+    let _gemm = settings::FP8_GEMM.scoped(choice);
+    let _epilogue = settings::FP8_FORCE_EPILOGUE.scoped(epilogue);
     let recipes: &[bool] = if epilogue { &[true] } else { &[false, true] };
     let rows = SHAPES
         .iter()
@@ -250,8 +249,6 @@ fn forced_rows(choice: Fp8Gemm, epilogue: bool) -> Result<Vec<Value>> {
         .flat_map(|&(m, n, k)| recipes.iter().map(move |&rw| (m, n, k, rw)))
         .map(|(m, n, k, rw)| scaled_mm_case(m, n, k, rw, true))
         .collect::<Result<Vec<_>>>();
-    kiln::cuda::ops::scaled_mm_force_epilogue(false);
-    kiln::cuda::ops::set_fp8_gemm(default_gemm);
     let rows = rows?;
     for v in &rows {
         println!(

@@ -18,7 +18,7 @@ use crate::report::provenance;
 use crate::runtime::copy_bandwidth;
 use crate::timing::{graph_median_ms, Stats};
 use kiln::cuda::{self, ops::gemv};
-use kiln::{DType, Device, Error, Result, Tensor};
+use kiln::{settings, DType, Device, Result, Tensor};
 use serde_json::{json, Value};
 
 /// One linear layer of a model: weight [n, k].
@@ -169,13 +169,6 @@ fn time(op: &Operands, reps: usize) -> Result<Stats> {
     })
 }
 
-fn env_usize(key: &str, default: usize) -> Result<usize> {
-    match std::env::var(key) {
-        Ok(v) => v.trim().parse().map_err(|_| Error::invalid("bench", format!("{key}={v:?} is not a count"))),
-        Err(_) => Ok(default),
-    }
-}
-
 fn geomean(v: impl Iterator<Item = f64>) -> Option<f64> {
     let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x.ln(), n + 1));
     (n > 0).then(|| (sum / n as f64).exp())
@@ -194,9 +187,9 @@ fn path(sh: &Shape, rows: usize) -> Result<String> {
 pub fn run(peer: Option<&str>) -> Result<Value> {
     let want = crate::peer::Want::parse(peer)?;
     let dev = cuda::device(0)?;
-    let rows = env_usize("KILN_LINEAR_ROWS", 1)?;
-    let filter = std::env::var("KILN_LINEAR_FILTER").unwrap_or_default();
-    let sweep = std::env::var("KILN_GEMV_SWEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    let rows = settings::LINEAR_ROWS.get()?;
+    let filter = settings::LINEAR_FILTER.get()?;
+    let sweep = settings::GEMV_SWEEP.get()?;
     let shapes: Vec<&Shape> = SHAPES.iter().filter(|sh| sh.name().contains(&filter)).collect();
     let (copy_gbps, copy) = copy_bandwidth(&dev, 1 << 31, 20)?;
     println!("copy bandwidth {copy_gbps:.0} GB/s; linear {DTYPE}, {rows} x row(s), bias, graph replay");
@@ -326,7 +319,7 @@ fn sweep_variants(shapes: &[&Shape], rows: usize) -> Result<Value> {
         let table_us = time(&op, SWEEP_REPS)?.median_ms * 1e3;
         let mut timed = Vec::new();
         for v in gemv::candidates() {
-            let _forced = gemv::force(v);
+            let _forced = settings::GEMV_VARIANT.scoped(Some(v));
             timed.push((v.to_string(), time(&op, SWEEP_REPS)?.median_ms * 1e3));
         }
         timed.sort_by(|a, b| a.1.total_cmp(&b.1));

@@ -32,8 +32,8 @@ impl Want {
 /// `bench/<name>` under the working directory, `$KILN_BENCH_DIR`, or the source tree.
 fn script(name: &str) -> Option<PathBuf> {
     let mut dirs = vec![PathBuf::from("bench")];
-    if let Some(d) = std::env::var_os("KILN_BENCH_DIR") {
-        dirs.push(PathBuf::from(d));
+    if let Ok(Some(d)) = kiln::settings::BENCH_DIR.get() {
+        dirs.push(d);
     }
     dirs.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench")));
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.exists())

@@ -5,8 +5,9 @@
 
 use crate::report::provenance;
 use crate::timing::{gpu_median_ms, graph_median_ms, Stats};
-use kiln::cuda::ops::{set_block_sync, set_softmax_path, BlockSync, SoftmaxPath};
+use kiln::cuda::ops::{BlockSync, SoftmaxPath};
 use kiln::cuda::{self, CudaDevice};
+use kiln::settings;
 use kiln::{DType, Device, Reduction, Result, Router, Tensor};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -70,24 +71,15 @@ fn softmaxes(dev: &Arc<CudaDevice>, rows: &mut Vec<Row>) -> Result<()> {
             _ => &[],
         };
         for &(tag, path, sync) in variants {
-            set_softmax_path(path);
-            set_block_sync(sync);
-            let r = graph(dev, rows, &format!("softmax_f32_{outer}x{r}[{tag}]"), bytes, || {
-                x.softmax(-1).map(drop)
-            });
-            set_softmax_path(None);
-            set_block_sync(BlockSync::OneLaunch);
-            r?;
+            let _path = settings::SOFTMAX_PATH.scoped(path);
+            let _sync = settings::BLOCK_SYNC.scoped(sync);
+            graph(dev, rows, &format!("softmax_f32_{outer}x{r}[{tag}]"), bytes, || x.softmax(-1).map(drop))?;
         }
         // The chosen path launched plainly: what programmatic dependent launch (the kernel
         // scheduled while the previous call finishes) is worth in a chain of calls.
         if r > 4096 && outer <= 32 {
-            cuda::set_after_previous(false);
-            let r = graph(dev, rows, &format!("softmax_f32_{outer}x{r}[no-pdl]"), bytes, || {
-                x.softmax(-1).map(drop)
-            });
-            cuda::set_after_previous(true);
-            r?;
+            let _no_pdl = settings::AFTER_PREVIOUS.scoped(false);
+            graph(dev, rows, &format!("softmax_f32_{outer}x{r}[no-pdl]"), bytes, || x.softmax(-1).map(drop))?;
         }
     }
     Ok(())

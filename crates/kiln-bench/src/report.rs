@@ -14,7 +14,7 @@ fn git() -> (String, bool) {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     // The GPU machine runs a copy without .git: scripts/stage-gpu.sh passes the commit.
-    if let Ok(c) = std::env::var("KILN_COMMIT") {
+    if let Ok(Some(c)) = kiln::settings::COMMIT.get() {
         let dirty = c.ends_with("-dirty");
         return (c.trim_end_matches("-dirty").to_string(), dirty);
     }

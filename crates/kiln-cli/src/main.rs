@@ -9,6 +9,10 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "kiln", version, about = "A tensor runtime for running models locally on a GPU")]
 struct Cli {
+    /// More log output on stderr: -v shows kiln's debug events (which path an op took,
+    /// kernel compilation), -vv everything. RUST_LOG (e.g. `kiln=debug`) overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -74,11 +78,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.verbose);
     let r = match cli.cmd {
         Cmd::Info => info(),
-        Cmd::Check { fixtures, device } => {
-            check(&fixtures.unwrap_or_else(fixtures::default_dir), &device)
-        }
+        Cmd::Check { fixtures, device } => check(&fixtures.unwrap_or_else(fixtures::default_dir), &device),
         Cmd::Kernels { check } => compile_kernels(&check),
         Cmd::Bench { suite, device, preset, quantize, json, compare, plot, peer } => {
             kiln_models::Quantize::parse(&quantize).and_then(|q| {
@@ -103,6 +106,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// Library events (fallbacks taken, kernel cache problems) go to stderr: warnings by
+/// default, more with -v / -vv, or whatever RUST_LOG asks for.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "warn,kiln=debug,kiln_models=debug,kiln_bench=debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).init();
+}
+
 fn info() -> kiln::Result<ExitCode> {
     println!("kiln {}", env!("CARGO_PKG_VERSION"));
     println!("cpu: {} threads", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
@@ -123,6 +139,10 @@ fn info() -> kiln::Result<ExitCode> {
             );
         }
         Err(why) => println!("cuda: not available ({why}); using the CPU"),
+    }
+    println!("settings (environment variable = current value: what it does):");
+    for s in &kiln::settings::ALL {
+        println!("  {} = {}: {}", s.env(), s.current(), s.doc());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@ pub mod fp8;
 pub mod io;
 pub mod layout;
 pub mod ops;
+pub mod settings;
 mod storage;
 mod tensor;
 

@@ -169,7 +169,7 @@ fn frozen_weights(cx: &mut Ctx) -> R {
 
 fn cublaslt(cx: &mut Ctx) -> R {
     for force_epilogue in [false, true] {
-        kiln::cuda::ops::scaled_mm_force_epilogue(force_epilogue);
+        let _epilogue = kiln::settings::FP8_FORCE_EPILOGUE.scoped(force_epilogue);
         for (m, n, k) in [(17, 64, 32), (33, 37, 512), (100, 129, 256), (256, 256, 1024)] {
             for rowwise in [false, true] {
                 for out in [DType::BF16, DType::F16, DType::F32] {
@@ -182,7 +182,6 @@ fn cublaslt(cx: &mut Ctx) -> R {
         }
         check(cx, 64, 48, 128, DType::F8E5M2, DType::F8E4M3, true, DType::BF16, true)?;
     }
-    kiln::cuda::ops::scaled_mm_force_epilogue(false);
     Ok(())
 }
 
@@ -190,7 +189,7 @@ fn cublaslt(cx: &mut Ctx) -> R {
 /// 128×192 tile and its clusters of two tiles, K off its 128-byte block (the copy engine
 /// zero-fills the rest), both recipes, every output dtype, bias.
 fn own_gemm(cx: &mut Ctx) -> R {
-    use kiln::cuda::ops::{fp8_gemm_choice, own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
+    use kiln::cuda::ops::{own_fp8_gemm_launches, Fp8Gemm};
     let props = kiln::cuda::device(0).map_err(e)?.props().clone();
     if (props.cc_major, props.cc_minor) != (9, 0) {
         println!(
@@ -199,8 +198,7 @@ fn own_gemm(cx: &mut Ctx) -> R {
         );
         return Ok(());
     }
-    let prev = fp8_gemm_choice();
-    set_fp8_gemm(Fp8Gemm::Own);
+    let _own = kiln::settings::FP8_GEMM.scoped(Fp8Gemm::Own);
     let before = own_fp8_gemm_launches();
     // Served: output rows a multiple of 16 bytes (the copy engine stores them), partial
     // tiles in M and N. Not served (cuBLASLt instead): N = 129 and 257, odd row lengths.
@@ -232,9 +230,7 @@ fn own_gemm(cx: &mut Ctx) -> R {
         }
         Ok(())
     };
-    let result = run();
-    set_fp8_gemm(prev);
-    result?;
+    run()?;
     let launches = own_fp8_gemm_launches() - before;
     if launches != (served.len() * 10) as u64 {
         return Err(format!("own_gemm: the kernel ran {launches} times, expected {}", served.len() * 10));

@@ -148,7 +148,7 @@ fn variants(cx: &mut Ctx) -> Res {
     for &(vec, rows, unroll) in TILES {
         for (split, warps) in layouts {
             let v = Variant::new(vec, rows, unroll, split, warps);
-            let _forced = gemv::force(v);
+            let _forced = kiln::settings::GEMV_VARIANT.scoped(Some(v));
             for (name, x, w, b, cpu) in &cases {
                 if gemv::choose(x.shape()[0], w.shape()[0], w.shape()[1]).map_err(e)? != v {
                     return Err(format!("{v}: the override did not take"));
@@ -240,7 +240,7 @@ fn experts(cx: &mut Ctx) -> Res {
     for &(vec, rows, unroll) in TILES {
         for (split, warps) in [(1, 4), (3, 6), (16, 16)] {
             let v = Variant::new(vec, rows, unroll, split, warps);
-            let _forced = gemv::force(v);
+            let _forced = kiln::settings::GEMV_VARIANT.scoped(Some(v));
             let gpu = x.g.expert_linear(&w.g, &ids.g).map_err(|er| format!("experts {v}: {er}"))?;
             same(&format!("experts {v}"), &gpu, &cpu, tol(DType::BF16))?;
         }

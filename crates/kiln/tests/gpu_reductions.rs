@@ -7,7 +7,8 @@
 mod common;
 
 use common::{both, e, same, tol_of, Case, Ctx, CPU};
-use kiln::cuda::ops::{set_block_sync, set_softmax_path, BlockSync, SoftmaxPath};
+use kiln::cuda::ops::{BlockSync, SoftmaxPath};
+use kiln::settings;
 use kiln::{DType, Reduction, Router, Tensor};
 use std::process::ExitCode;
 
@@ -28,15 +29,13 @@ fn each_path(mut f: impl FnMut(&str) -> R) -> R {
     ];
     let mut out = Ok(());
     for (name, path, sync) in modes {
-        set_softmax_path(path);
-        set_block_sync(sync);
+        let _path = settings::SOFTMAX_PATH.scoped(path);
+        let _sync = settings::BLOCK_SYNC.scoped(sync);
         out = f(name);
         if out.is_err() {
             break;
         }
     }
-    set_softmax_path(None);
-    set_block_sync(BlockSync::OneLaunch);
     out
 }
 
@@ -128,14 +127,13 @@ fn softmax_chains(cx: &mut Ctx) -> R {
     for shape in [[1usize, 128256], [2, 128256], [4, 32000], [64, 8192], [1, 32000]] {
         let (g, c) = cx.pair(&shape, DType::F32, 3.0).map_err(e)?;
         for pdl in [true, false] {
-            kiln::cuda::set_after_previous(pdl);
+            let _pdl = settings::AFTER_PREVIOUS.scoped(pdl);
             let r = each_path(|p| {
                 both(&format!("softmax chain {shape:?} {p} pdl {pdl}"), &g, &c, 2e-5, |x| {
                     let y = x.mul_scalar(2.0)?.softmax(-1)?.mul_scalar(shape[1] as f64)?;
                     y.log_softmax(-1)?.softmax(-1)?.mul_scalar(shape[1] as f64)?.softmax(-1)
                 })
             });
-            kiln::cuda::set_after_previous(true);
             r?;
         }
     }
@@ -166,11 +164,10 @@ fn var_mean(cx: &mut Ctx) -> R {
                 };
                 for corr in [0.0, 1.0, 2.5] {
                     for sync in [BlockSync::OneLaunch, BlockSync::MultiLaunch] {
-                        set_block_sync(sync);
+                        let _sync = settings::BLOCK_SYNC.scoped(sync);
                         let name =
                             format!("var_mean {dt} {shape:?} dim {dim} +{offset} corr {corr} {sync:?}");
                         let r = (g.var_mean(&[dim], corr, false), c.var_mean(&[dim], corr, false));
-                        set_block_sync(BlockSync::OneLaunch);
                         let ((gv, gm), (cv, cm)) = (r.0.map_err(e)?, r.1.map_err(e)?);
                         same(&format!("{name} var"), &gv, &cv, t)?;
                         same(&format!("{name} mean"), &gm, &cm, t)?;
@@ -201,9 +198,8 @@ fn mse_loss(cx: &mut Ctx) -> R {
             let (b, bc) = cx.pair(sb, dt, 2.0).map_err(e)?;
             for red in [Reduction::None, Reduction::Mean, Reduction::Sum] {
                 for sync in [BlockSync::OneLaunch, BlockSync::MultiLaunch] {
-                    set_block_sync(sync);
+                    let _sync = settings::BLOCK_SYNC.scoped(sync);
                     let r = (a.mse_loss(&b, red), ac.mse_loss(&bc, red));
-                    set_block_sync(BlockSync::OneLaunch);
                     let name = format!("mse_loss {dt} {sa:?} {sb:?} {red:?} {sync:?}");
                     same(&name, &r.0.map_err(e)?, &r.1.map_err(e)?, tol_of(dt))?;
                 }
@@ -247,7 +243,7 @@ fn bincount(cx: &mut Ctx) -> R {
         let (w32, w32c) = (w32.abs().map_err(e)?, w32c.abs().map_err(e)?);
         let (w16, w16c) = cx.pair(&[m], DType::F16, 1.0).map_err(e)?;
         for sync in [BlockSync::OneLaunch, BlockSync::MultiLaunch] {
-            set_block_sync(sync);
+            let _sync = settings::BLOCK_SYNC.scoped(sync);
             let res = (|| {
                 both(&format!("bincount_bounded {name} {sync:?}"), &g, &c, 0.0, |x| {
                     x.bincount_bounded(None, nbins)
@@ -265,7 +261,6 @@ fn bincount(cx: &mut Ctx) -> R {
                     1e-12,
                 )
             })();
-            set_block_sync(BlockSync::OneLaunch);
             res?;
         }
         if name != "out of range" {

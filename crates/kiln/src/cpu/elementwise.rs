@@ -52,6 +52,9 @@ pub fn binary_f64(op: BinaryOp, a: f64, b: f64) -> f64 {
             }
         }
         LaguerrePolynomialL => laguerre_polynomial_l(a, b),
+        // PyTorch: equal infinities give themselves (inf − inf would be NaN).
+        LogAddExp if a == b && a.is_infinite() => a,
+        LogAddExp => a.max(b) + (-(a - b).abs()).exp().ln_1p(),
         Eq => t(a == b),
         Ne => t(a != b),
         Lt => t(a < b),
@@ -120,14 +123,14 @@ pub fn binary_i128(op: BinaryOp, a: i128, b: i128) -> i128 {
                 t(a > 0)
             }
         }
-        // Promoted to float in `ops`; kept total.
-        LaguerrePolynomialL => laguerre_polynomial_l(a as f64, b as f64) as i128,
         Eq => t(a == b),
         Ne => t(a != b),
         Lt => t(a < b),
         Le => t(a <= b),
         Gt => t(a > b),
         Ge => t(a >= b),
+        // Float ops (`div` aside) are promoted to float in `ops` before they get here; kept total.
+        _ => binary_f64(op, a as f64, b as f64) as i128,
     }
 }
 

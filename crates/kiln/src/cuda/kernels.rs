@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 use super::availability::{self, quiet_catch};
 use super::device::CudaDevice;
 use crate::error::{Error, Result};
+use crate::settings;
 
 /// A CUDA C++ source compiled as one module. `name` names it in logs, errors and statistics;
 /// `src` is compiled after [`PRELUDE`].
@@ -217,7 +218,7 @@ impl CudaDevice {
         let overridden_by = file.map(|f| f.record);
         let (nv_major, nv_minor) = self.nvrtc_version();
         let key = cache_key(&full, &target, (nv_major, nv_minor), self.driver_version(), &options);
-        let dir = cache_dir();
+        let dir = cache_dir()?;
         let record = |kind, start: Instant| {
             let load = KernelLoad {
                 name: source.name.to_string(),
@@ -278,7 +279,7 @@ struct KernelFile {
 
 /// `$KILN_KERNEL_DIR/<name>.cu` where the variable is set and the file exists.
 fn override_file(name: &str) -> Result<Option<KernelFile>> {
-    kernel_file(std::env::var_os("KILN_KERNEL_DIR").as_deref().map(Path::new), name)
+    kernel_file(settings::KERNEL_DIR.get()?.as_deref(), name)
 }
 
 /// `<dir>/<name>.cu`, if `dir` is given (and not empty) and the file exists.
@@ -350,9 +351,11 @@ fn compile_options(target: &str) -> Vec<String> {
     vec!["--std=c++17".to_string(), "-default-device".to_string(), format!("--gpu-architecture={target}")]
 }
 
-/// Prelude + source; `#line` makes NVRTC report source lines as `{name}.cu(line)`.
+/// Prelude + the elementwise op codes + source; `#line` makes NVRTC report source lines as
+/// `{name}.cu(line)`.
 fn full_source(name: &str, src: &str) -> String {
-    format!("{PRELUDE}\n#line 1 \"{name}.cu\"\n{src}")
+    let codes = crate::ops::kernel_op_codes();
+    format!("{PRELUDE}\n{codes}#line 1 \"{name}.cu\"\n{src}")
 }
 
 /// Owns an NVRTC program; destroys it on drop.
@@ -429,14 +432,14 @@ pub fn compile_check(source: &KernelSource, arch: &str) -> Result<Option<KernelO
 
 // ---- disk cache -------------------------------------------------------------------------------
 
-fn cache_dir() -> Option<PathBuf> {
-    if std::env::var("KILN_NO_KERNEL_CACHE").is_ok_and(|v| !v.is_empty() && v != "0") {
-        return None;
+fn cache_dir() -> Result<Option<PathBuf>> {
+    if settings::NO_KERNEL_CACHE.get()? {
+        return Ok(None);
     }
-    match std::env::var_os("KILN_CACHE_DIR") {
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir).join("kernels")),
-        _ => dirs::cache_dir().map(|d| d.join("kiln").join("kernels")),
-    }
+    Ok(match settings::CACHE_DIR.get()? {
+        Some(dir) => Some(dir.join("kernels")),
+        None => dirs::cache_dir().map(|d| d.join("kiln").join("kernels")),
+    })
 }
 
 fn cache_key(full_src: &str, target: &str, nvrtc: (i32, i32), driver: i32, options: &[String]) -> String {

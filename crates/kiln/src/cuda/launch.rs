@@ -3,7 +3,6 @@
 //! grid, and programmatic dependent launch.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{
     self, CUfunction_attribute as FuncAttr, CUlaunchAttribute, CUlaunchAttributeID as Id, CUlaunchConfig,
@@ -11,6 +10,7 @@ use cudarc::driver::sys::{
 use cudarc::driver::{CudaFunction, DriverError, LaunchConfig};
 
 use super::{CudaDevice, Stream};
+use crate::settings;
 
 /// What a launch asks for beyond its grid.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,23 +26,11 @@ pub struct Launch {
     pub after_previous: bool,
 }
 
-static AFTER_PREVIOUS: AtomicBool = AtomicBool::new(true);
-
-/// Whether launchers that can use programmatic dependent launch ([`Launch::after_previous`])
-/// do; on unless [`set_after_previous`] turned it off (benchmarks measure both).
-pub fn after_previous() -> bool {
-    AFTER_PREVIOUS.load(Ordering::Relaxed)
-}
-
-/// Turns programmatic dependent launch on or off, process-wide.
-pub fn set_after_previous(on: bool) {
-    AFTER_PREVIOUS.store(on, Ordering::Relaxed);
-}
-
-/// Whether a launch on `dev` uses programmatic dependent launch: switched on and sm_90+
-/// (the `griddepcontrol` instructions and the launch attribute are Hopper's).
-pub(crate) fn dependent_launch(dev: &CudaDevice) -> bool {
-    after_previous() && dev.props().cc_major >= 9
+/// Whether a launch on `dev` uses programmatic dependent launch ([`Launch::after_previous`]):
+/// switched on ([`settings::AFTER_PREVIOUS`]; benchmarks measure both) and sm_90+ (the
+/// `griddepcontrol` instructions and the launch attribute are Hopper's).
+pub(crate) fn dependent_launch(dev: &CudaDevice) -> crate::error::Result<bool> {
+    Ok(settings::AFTER_PREVIOUS.get()? && dev.props().cc_major >= 9)
 }
 
 /// Kernel arguments as `cuLaunchKernelEx` takes them: a pointer to each value, which must be

@@ -40,7 +40,6 @@ pub use kernels::{
     compile_check, compile_to_ptx_check, kernel_cache_stats, kernel_overrides, launch_cfg, KernelCacheStats,
     KernelLoad, KernelLoadKind, KernelOverride, KernelSource, Strided, MAX_RANK, PRELUDE,
 };
-pub use launch::{after_previous, set_after_previous};
 pub(crate) use launch::{dependent_launch, kernel_args, launch, Launch};
 pub use stream::{with_stream, Event, Graph, Stream};
 

@@ -1,11 +1,165 @@
 //! Elementwise ops with PyTorch's type promotion and broadcasting.
+//!
+//! Each op is one line of a table below (`binary_ops!` / `unary_ops!`): its variant, its
+//! PyTorch name, its `Tensor` method(s) and its dtype rule. The backends compute it by
+//! that variant: `cpu/elementwise.rs` in f64 (or i128), `cuda/kernels/elementwise.cu`
+//! under the `#define` the kernels are given for it ([`kernel_op_codes`]).
+//! CONTRIBUTING.md ("Adding an op") walks through adding one.
 
-use super::{BinaryOp, UnaryOp};
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
 use crate::storage::Storage;
 use crate::{DType, Tensor};
+
+/// How a binary op treats dtypes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BinaryKind {
+    /// Computes in the promoted dtype.
+    Arith,
+    /// Integer inputs compute in float32 (true division, special functions).
+    Float,
+    /// Returns bool.
+    Compare,
+}
+
+/// How a unary op treats dtypes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UnaryKind {
+    /// Integer inputs keep their dtype.
+    KeepsInt,
+    /// Integer inputs compute in their float dtype.
+    Float,
+}
+
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $op:ident $name:literal $kind:ident => $method:ident, $scalar:ident;)*) => {
+        /// Binary elementwise ops (PyTorch names in `Tensor` methods).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum BinaryOp { $($(#[$doc])* $op,)* }
+
+        impl BinaryOp {
+            /// Every op, in the order of their kernel op codes.
+            pub const ALL: &'static [BinaryOp] = &[$(BinaryOp::$op,)*];
+
+            /// PyTorch's name of the op.
+            pub fn name(self) -> &'static str {
+                match self { $(BinaryOp::$op => $name,)* }
+            }
+
+            fn kind(self) -> BinaryKind {
+                match self { $(BinaryOp::$op => BinaryKind::$kind,)* }
+            }
+        }
+
+        impl Tensor {
+            $(
+                #[doc = concat!("`torch.", $name, "(self, rhs)`, broadcasting.")]
+                pub fn $method(&self, rhs: &Tensor) -> Result<Tensor> {
+                    self.binary(BinaryOp::$op, rhs)
+                }
+                #[doc = concat!("`torch.", $name, "(self, v)` with a Python scalar.")]
+                pub fn $scalar(&self, v: f64) -> Result<Tensor> {
+                    self.binary_scalar(BinaryOp::$op, v)
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! unary_ops {
+    ($($op:ident $name:literal $kind:ident => $method:ident;)*) => {
+        /// Unary elementwise ops.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum UnaryOp { $($op,)* }
+
+        impl UnaryOp {
+            /// Every op, in the order of their kernel op codes.
+            pub const ALL: &'static [UnaryOp] = &[$(UnaryOp::$op,)*];
+
+            /// PyTorch's name of the op.
+            pub fn name(self) -> &'static str {
+                match self { $(UnaryOp::$op => $name,)* }
+            }
+
+            /// Ops that keep integer dtypes; the rest compute in floating point.
+            pub fn keeps_int(self) -> bool {
+                match self { $(UnaryOp::$op => UnaryKind::$kind == UnaryKind::KeepsInt,)* }
+            }
+        }
+
+        impl Tensor {
+            $(
+                #[doc = concat!("`torch.", $name, "(self)`.")]
+                pub fn $method(&self) -> Result<Tensor> {
+                    self.unary(UnaryOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+binary_ops! {
+    Add "add" Arith => add, add_scalar;
+    Sub "sub" Arith => sub, sub_scalar;
+    Mul "mul" Arith => mul, mul_scalar;
+    Div "div" Float => div, div_scalar;
+    Pow "pow" Arith => pow, pow_scalar;
+    Minimum "minimum" Arith => minimum, minimum_scalar;
+    Maximum "maximum" Arith => maximum, maximum_scalar;
+    Remainder "remainder" Arith => remainder, remainder_scalar;
+    Heaviside "heaviside" Arith => heaviside, heaviside_scalar;
+    /// `torch.special.laguerre_polynomial_l(x, n)`: Lₙ(x), n truncated to an integer.
+    LaguerrePolynomialL "special_laguerre_polynomial_l" Float
+        => special_laguerre_polynomial_l, special_laguerre_polynomial_l_scalar;
+    /// `log(exp(x) + exp(y))` without overflow.
+    LogAddExp "logaddexp" Float => logaddexp, logaddexp_scalar;
+    Eq "eq" Compare => eq, eq_scalar;
+    Ne "ne" Compare => ne, ne_scalar;
+    Lt "lt" Compare => lt, lt_scalar;
+    Le "le" Compare => le, le_scalar;
+    Gt "gt" Compare => gt, gt_scalar;
+    Ge "ge" Compare => ge, ge_scalar;
+}
+
+unary_ops! {
+    Neg "neg" KeepsInt => neg;
+    Abs "abs" KeepsInt => abs;
+    Exp "exp" Float => exp;
+    Log "log" Float => log;
+    Sqrt "sqrt" Float => sqrt;
+    Rsqrt "rsqrt" Float => rsqrt;
+    Sin "sin" Float => sin;
+    Cos "cos" Float => cos;
+    Tanh "tanh" Float => tanh;
+    Sigmoid "sigmoid" Float => sigmoid;
+    Silu "silu" Float => silu;
+    Gelu "gelu" Float => gelu;
+    GeluTanh "gelu_tanh" Float => gelu_tanh;
+    Relu "relu" KeepsInt => relu;
+    Recip "reciprocal" Float => reciprocal;
+    Square "square" KeepsInt => square;
+    Floor "floor" KeepsInt => floor;
+    Ceil "ceil" KeepsInt => ceil;
+    Round "round" KeepsInt => round;
+    Sign "sign" KeepsInt => sign;
+    Erf "erf" Float => erf;
+}
+
+impl BinaryOp {
+    /// Ops whose result is bool.
+    pub fn is_comparison(self) -> bool {
+        self.kind() == BinaryKind::Compare
+    }
+}
+
+/// `#define BIN_<NAME> <code>` and `#define UN_<NAME> <code>` for every op, given to the
+/// CUDA kernels so their `switch` names the ops the tables above number.
+pub(crate) fn kernel_op_codes() -> String {
+    let bin = BinaryOp::ALL.iter().map(|&op| (format!("BIN_{}", op.name()), op as i32));
+    let un = UnaryOp::ALL.iter().map(|&op| (format!("UN_{}", op.name()), op as i32));
+    bin.chain(un).map(|(n, c)| format!("#define {} {c}\n", n.to_uppercase())).collect()
+}
 
 impl Tensor {
     /// Any binary op: promotes dtypes (integer true division and the special functions
@@ -13,7 +167,7 @@ impl Tensor {
     pub fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         self.check_same_device(rhs, op.name())?;
         let mut dt = DType::promote(self.dtype, rhs.dtype);
-        if matches!(op, BinaryOp::Div | BinaryOp::LaguerrePolynomialL) && !dt.is_float() && !dt.is_complex() {
+        if op.kind() == BinaryKind::Float && !dt.is_float() && !dt.is_complex() {
             dt = DType::F32;
         }
         if dt.is_complex()
@@ -122,62 +276,34 @@ impl Tensor {
     }
 }
 
-macro_rules! binary_methods {
-    ($($name:ident, $scalar:ident => $op:ident;)*) => {
-        impl Tensor {
-            $(
-                pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
-                    self.binary(BinaryOp::$op, rhs)
-                }
-                pub fn $scalar(&self, v: f64) -> Result<Tensor> {
-                    self.binary_scalar(BinaryOp::$op, v)
-                }
-            )*
-        }
-    };
-}
-
-binary_methods! {
-    add, add_scalar => Add;
-    sub, sub_scalar => Sub;
-    mul, mul_scalar => Mul;
-    div, div_scalar => Div;
-    pow, pow_scalar => Pow;
-    minimum, minimum_scalar => Minimum;
-    maximum, maximum_scalar => Maximum;
-    remainder, remainder_scalar => Remainder;
-    heaviside, heaviside_scalar => Heaviside;
-    special_laguerre_polynomial_l, special_laguerre_polynomial_l_scalar => LaguerrePolynomialL;
-    eq, eq_scalar => Eq;
-    ne, ne_scalar => Ne;
-    lt, lt_scalar => Lt;
-    le, le_scalar => Le;
-    gt, gt_scalar => Gt;
-    ge, ge_scalar => Ge;
-}
-
-macro_rules! unary_methods {
-    ($($name:ident => $op:ident;)*) => {
-        impl Tensor {
-            $(
-                pub fn $name(&self) -> Result<Tensor> {
-                    self.unary(UnaryOp::$op)
-                }
-            )*
-        }
-    };
-}
-
-unary_methods! {
-    neg => Neg; abs => Abs; exp => Exp; log => Log; sqrt => Sqrt; rsqrt => Rsqrt;
-    sin => Sin; cos => Cos; tanh => Tanh; sigmoid => Sigmoid; silu => Silu; gelu => Gelu;
-    gelu_tanh => GeluTanh; relu => Relu; reciprocal => Recip; square => Square;
-    floor => Floor; ceil => Ceil; round => Round; sign => Sign; erf => Erf;
-}
-
 #[cfg(test)]
 mod tests {
     use crate::{DType, Device, Tensor};
+
+    /// logaddexp against log(exp(a) + exp(b)) where that does not overflow, and PyTorch's
+    /// values where it does: equal infinities give themselves, NaN propagates.
+    #[test]
+    fn logaddexp_is_stable() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let a = [0.5, -3.0, 2.0, 1000.0, -1000.0, -inf, inf, -inf, nan, 7.0];
+        let b = [1.5, 4.0, 2.0, 1000.0, -1001.0, -inf, inf, 3.0, 1.0, -inf];
+        let want = |x: f64, y: f64| match (x, y) {
+            (1000.0, 1000.0) => 1000.0 + std::f64::consts::LN_2,
+            (-1000.0, _) => -1000.0 + (-1.0f64).exp().ln_1p(),
+            _ => (x.exp() + y.exp()).ln(),
+        };
+        let t = |v: &[f64]| Tensor::from_vec(v.to_vec(), &[v.len()], Device::Cpu).unwrap();
+        let y = t(&a).logaddexp(&t(&b)).unwrap().to_f64_vec().unwrap();
+        for ((&x, &z), got) in a.iter().zip(&b).zip(y) {
+            let w = want(x, z);
+            assert!(
+                got == w || (got - w).abs() < 1e-12 || (got.is_nan() && w.is_nan()),
+                "{x} {z}: {got} vs {w}"
+            );
+        }
+        let i = Tensor::from_vec(vec![1i64, 2], &[2], Device::Cpu).unwrap();
+        assert_eq!(i.logaddexp_scalar(0.0).unwrap().dtype(), DType::F32);
+    }
 
     /// Closed forms L₂(x) = (x² − 4x + 2)/2 and L₃(x) = (−x³ + 9x² − 18x + 6)/6; n is
     /// truncated to an integer, negative (or NaN) n gives 0, x = 0 gives 1; integer inputs

@@ -1,24 +1,43 @@
 // Elementwise family: binary ops with broadcasting, unary ops, where, frexp.
-// Op codes are assigned in cuda/ops/elementwise.rs (`binary_code`, `unary_code`).
+// Op codes: the BIN_* / UN_* defines kiln generates from its op tables (ops/elementwise.rs).
 // Math runs in Acc<T> (float for f16/bf16/f32, double for f64, i64 / u64 for integers).
+
+// PyTorch's recurrence in F: n cast to int64 (NaN / out of range is negative: 0), L0 = 1,
+// L1 = 1 - x, (k + 1) L(k+1) = (2k + 1 - x) Lk - k L(k-1).
+template <typename F> __device__ F laguerre_l(F x, F nf) {
+    if (nf != nf || fabs(nf) >= (F)9.2e18) return 0;
+    long long n = (long long)nf;
+    if (n < 0) return 0;
+    if (x == 0 || n == 0) return 1;
+    F p = 1, q = (F)1 - x;
+    for (long long k = 1; k < n; ++k) {
+        F kf = (F)k, r = ((kf + kf + ((F)1 - x)) * q - kf * p) / (kf + (F)1);
+        p = q;
+        q = r;
+    }
+    return q;
+}
 
 template <typename F> __device__ F fbin(int op, F x, F y) {
     switch (op) {
-    case 0: return x + y;
-    case 1: return x - y;
-    case 2: return x * y;
-    case 3: return x / y;
-    case 4: return pow(x, y);
-    case 5: return (x != x || y != y) ? (F)kiln_nan() : (x < y ? x : y);
-    case 6: return (x != x || y != y) ? (F)kiln_nan() : (x > y ? x : y);
-    case 7: { F r = fmod(x, y); return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r; }
-    case 8: return x == 0 ? y : (F)(x > 0); // NaN input gives 0, as in PyTorch
-    case 9: return x == y;
-    case 10: return x != y;
-    case 11: return x < y;
-    case 12: return x <= y;
-    case 13: return x > y;
-    case 14: return x >= y;
+    case BIN_ADD: return x + y;
+    case BIN_SUB: return x - y;
+    case BIN_MUL: return x * y;
+    case BIN_DIV: return x / y;
+    case BIN_POW: return pow(x, y);
+    case BIN_MINIMUM: return (x != x || y != y) ? (F)kiln_nan() : (x < y ? x : y);
+    case BIN_MAXIMUM: return (x != x || y != y) ? (F)kiln_nan() : (x > y ? x : y);
+    case BIN_REMAINDER: { F r = fmod(x, y); return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r; }
+    case BIN_HEAVISIDE: return x == 0 ? y : (F)(x > 0); // NaN input gives 0, as in PyTorch
+    case BIN_SPECIAL_LAGUERRE_POLYNOMIAL_L: return laguerre_l(x, y);
+    // Equal infinities give themselves (x - y is NaN only then, or for a NaN input).
+    case BIN_LOGADDEXP: return (x == y && x - y != x - y) ? x : (x > y ? x : y) + log1p(exp(-fabs(x - y)));
+    case BIN_EQ: return x == y;
+    case BIN_NE: return x != y;
+    case BIN_LT: return x < y;
+    case BIN_LE: return x <= y;
+    case BIN_GT: return x > y;
+    case BIN_GE: return x >= y;
     }
     return (F)kiln_nan();
 }
@@ -28,30 +47,30 @@ __device__ __forceinline__ bool is_neg(u64) { return false; }
 
 template <typename I> __device__ I ibin(int op, I x, I y) {
     switch (op) {
-    case 0: return x + y;
-    case 1: return x - y;
-    case 2: return x * y;
-    case 3: { // floor division; division by zero gives 0
+    case BIN_ADD: return x + y;
+    case BIN_SUB: return x - y;
+    case BIN_MUL: return x * y;
+    case BIN_DIV: { // floor division; division by zero gives 0
         if (y == 0) return 0;
         I q = x / y, r = x % y;
         return (r != 0 && (is_neg(x) != is_neg(y))) ? q - 1 : q;
     }
-    case 4: { // wrapping power; negative exponents give 0
+    case BIN_POW: { // wrapping power; negative exponents give 0
         if (is_neg(y)) return 0;
         I r = 1, b = x;
         for (I e = y; e > 0; e >>= 1) { if (e & 1) r *= b; b *= b; }
         return r;
     }
-    case 5: return x < y ? x : y;
-    case 6: return x > y ? x : y;
-    case 7: { if (y == 0) return 0; I r = x % y; return (r != 0 && (is_neg(r) != is_neg(y))) ? r + y : r; }
-    case 8: return x == 0 ? y : (I)(x > 0);
-    case 9: return x == y;
-    case 10: return x != y;
-    case 11: return x < y;
-    case 12: return x <= y;
-    case 13: return x > y;
-    case 14: return x >= y;
+    case BIN_MINIMUM: return x < y ? x : y;
+    case BIN_MAXIMUM: return x > y ? x : y;
+    case BIN_REMAINDER: { if (y == 0) return 0; I r = x % y; return (r != 0 && (is_neg(r) != is_neg(y))) ? r + y : r; }
+    case BIN_HEAVISIDE: return x == 0 ? y : (I)(x > 0);
+    case BIN_EQ: return x == y;
+    case BIN_NE: return x != y;
+    case BIN_LT: return x < y;
+    case BIN_LE: return x <= y;
+    case BIN_GT: return x > y;
+    case BIN_GE: return x >= y;
     }
     return 0;
 }
@@ -63,41 +82,41 @@ __device__ __forceinline__ u64 bin_op(int op, u64 x, u64 y) { return ibin(op, x,
 
 template <typename F> __device__ F fun(int op, F x) {
     switch (op) {
-    case 0: return -x;
-    case 1: return fabs(x);
-    case 2: return exp(x);
-    case 3: return log(x);
-    case 4: return sqrt(x);
-    case 5: return (F)1 / sqrt(x);
-    case 6: return sin(x);
-    case 7: return cos(x);
-    case 8: return tanh(x);
-    case 9: return (F)1 / ((F)1 + exp(-x));
-    case 10: return x / ((F)1 + exp(-x));
-    case 11: return (F)0.5 * x * ((F)1 + erf(x * (F)0.70710678118654752440));
-    case 12: {
+    case UN_NEG: return -x;
+    case UN_ABS: return fabs(x);
+    case UN_EXP: return exp(x);
+    case UN_LOG: return log(x);
+    case UN_SQRT: return sqrt(x);
+    case UN_RSQRT: return (F)1 / sqrt(x);
+    case UN_SIN: return sin(x);
+    case UN_COS: return cos(x);
+    case UN_TANH: return tanh(x);
+    case UN_SIGMOID: return (F)1 / ((F)1 + exp(-x));
+    case UN_SILU: return x / ((F)1 + exp(-x));
+    case UN_GELU: return (F)0.5 * x * ((F)1 + erf(x * (F)0.70710678118654752440));
+    case UN_GELU_TANH: {
         const F c = (F)0.79788456080286535588; // sqrt(2/pi)
         return (F)0.5 * x * ((F)1 + tanh(c * (x + (F)0.044715 * x * x * x)));
     }
-    case 13: return x != x ? x : (x > 0 ? x : (F)0);
-    case 14: return (F)1 / x;
-    case 15: return x * x;
-    case 16: return floor(x);
-    case 17: return ceil(x);
-    case 18: return rint(x);
-    case 19: return x != x ? x : (F)((x > 0) - (x < 0));
-    case 20: return erf(x);
+    case UN_RELU: return x != x ? x : (x > 0 ? x : (F)0);
+    case UN_RECIPROCAL: return (F)1 / x;
+    case UN_SQUARE: return x * x;
+    case UN_FLOOR: return floor(x);
+    case UN_CEIL: return ceil(x);
+    case UN_ROUND: return rint(x);
+    case UN_SIGN: return x != x ? x : (F)((x > 0) - (x < 0));
+    case UN_ERF: return erf(x);
     }
     return (F)kiln_nan();
 }
 
 template <typename I> __device__ I iun(int op, I x) {
     switch (op) {
-    case 0: return (I)0 - x;
-    case 1: return is_neg(x) ? (I)0 - x : x;
-    case 13: return x > 0 ? x : 0;
-    case 15: return x * x;
-    case 19: return (I)((x > 0) - is_neg(x));
+    case UN_NEG: return (I)0 - x;
+    case UN_ABS: return is_neg(x) ? (I)0 - x : x;
+    case UN_RELU: return x > 0 ? x : 0;
+    case UN_SQUARE: return x * x;
+    case UN_SIGN: return (I)((x > 0) - is_neg(x));
     }
     return x; // floor / ceil / round of an integer
 }

@@ -2,62 +2,10 @@
 
 use super::{dev_of, grid, suffix, Strided, ELEMENTWISE};
 use crate::cuda::{DeviceBuffer, PushKernelArg};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::Layout;
 use crate::ops::{BinaryOp, UnaryOp};
-use crate::{DType, Device};
-
-/// Op codes of `fbin` / `ibin` in elementwise.cu.
-fn binary_code(op: BinaryOp) -> i32 {
-    use BinaryOp::*;
-    match op {
-        Add => 0,
-        Sub => 1,
-        Mul => 2,
-        Div => 3,
-        Pow => 4,
-        Minimum => 5,
-        Maximum => 6,
-        Remainder => 7,
-        Heaviside => 8,
-        // No kernel yet: `binary` refuses it before any launch.
-        LaguerrePolynomialL => -1,
-        Eq => 9,
-        Ne => 10,
-        Lt => 11,
-        Le => 12,
-        Gt => 13,
-        Ge => 14,
-    }
-}
-
-/// Op codes of `fun` / `iun` in elementwise.cu.
-fn unary_code(op: UnaryOp) -> i32 {
-    use UnaryOp::*;
-    match op {
-        Neg => 0,
-        Abs => 1,
-        Exp => 2,
-        Log => 3,
-        Sqrt => 4,
-        Rsqrt => 5,
-        Sin => 6,
-        Cos => 7,
-        Tanh => 8,
-        Sigmoid => 9,
-        Silu => 10,
-        Gelu => 11,
-        GeluTanh => 12,
-        Relu => 13,
-        Recip => 14,
-        Square => 15,
-        Floor => 16,
-        Ceil => 17,
-        Round => 18,
-        Sign => 19,
-        Erf => 20,
-    }
-}
+use crate::DType;
 
 pub fn binary(
     op: BinaryOp,
@@ -68,9 +16,6 @@ pub fn binary(
     dt: DType,
     out: DType,
 ) -> Result<DeviceBuffer> {
-    if op == BinaryOp::LaguerrePolynomialL {
-        return Err(Error::NotImplemented { op: op.name(), device: Device::Cuda(0), dtype: dt });
-    }
     let dev = dev_of(a)?;
     let n = la.numel();
     let o = dev.alloc(n * out.size())?;
@@ -78,7 +23,7 @@ pub fn binary(
         return Ok(o);
     }
     let sfx = suffix(op.name(), dt)?;
-    let code = binary_code(op);
+    let code = op as i32;
     let (ap, bp, op_, n64) = (a.ptr(), b.ptr(), o.ptr(), n as i64);
     let stream = dev.stream();
     if out == dt && la.is_contiguous() && lb.is_contiguous() {
@@ -104,7 +49,7 @@ pub fn unary(op: UnaryOp, x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<Dev
         return Ok(o);
     }
     let f = dev.function(&ELEMENTWISE, &format!("unary_{}", suffix(op.name(), dt)?))?;
-    let (code, xp, s, op_, n64) = (unary_code(op), x.ptr(), Strided::of(l)?, o.ptr(), n as i64);
+    let (code, xp, s, op_, n64) = (op as i32, x.ptr(), Strided::of(l)?, o.ptr(), n as i64);
     // SAFETY: reads n elements through an in-bounds view, writes n into `o`.
     unsafe { launch!(dev.stream(), f, grid(&dev, n); code, xp, s, op_, n64)? };
     Ok(o)

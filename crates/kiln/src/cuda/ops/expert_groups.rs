@@ -28,7 +28,7 @@ pub fn expert_groups(
     let f = dev.function(&EXPERT_GROUPS, "expert_groups")?;
     let cfg =
         LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (4 * (e + 1)) as u32 };
-    let how = Launch { after_previous: dependent_launch(&dev), ..Launch::default() };
+    let how = Launch { after_previous: dependent_launch(&dev)?, ..Launch::default() };
     let (ip, rp, sp, ep) = (idx.ptr(), rows.ptr(), slot_rows.ptr(), ends.ptr());
     let (n64, k32, e32) = (n as i64, k.max(1) as i32, e as i32);
     // SAFETY: reads n int64 indices; writes n rows and n slot rows (each pair's row is

@@ -14,12 +14,12 @@ use super::FP8_GEMM;
 use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::fp8::Recipe;
-use crate::DType;
+use crate::{settings, DType};
 use cudarc::driver::sys::{
     self, CUfunction_attribute as FuncAttr, CUtensorMapDataType as Dt, CUtensorMapFloatOOBfill as Oob,
     CUtensorMapInterleave as Interleave, CUtensorMapL2promotion as L2, CUtensorMapSwizzle as Swizzle,
 };
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 // Tile and pipeline of fp8_gemm.cu (FG_BM, FG_BN, FG_BK, FG_STAGES, FG_THREADS). The cluster
 // size (FG_CLUSTER) is the kernel's own (`__cluster_dims__`): the launcher reads it back.
@@ -52,34 +52,9 @@ pub enum Fp8Gemm {
 }
 
 /// 0: not yet read from `KILN_FP8_GEMM`; then 1 + the choice.
-static CHOICE: AtomicU8 = AtomicU8::new(0);
-
-/// Sets which GEMM serves `scaled_mm` for M > 16, process-wide (overrides `KILN_FP8_GEMM`).
-pub fn set_fp8_gemm(choice: Fp8Gemm) {
-    CHOICE.store(1 + choice as u8, Ordering::Relaxed);
-}
-
-/// The GEMM in use: [`set_fp8_gemm`]'s, else `KILN_FP8_GEMM` (`auto`, `own` or `cublaslt`;
-/// anything else is reported once and ignored), else [`Fp8Gemm::Auto`].
-pub fn fp8_gemm_choice() -> Fp8Gemm {
-    match CHOICE.load(Ordering::Relaxed) {
-        0 => {
-            let c = match std::env::var("KILN_FP8_GEMM").map(|v| v.to_ascii_lowercase()).as_deref() {
-                Ok("own") => Fp8Gemm::Own,
-                Ok("cublaslt") => Fp8Gemm::CublasLt,
-                Ok("auto") | Err(_) => Fp8Gemm::Auto,
-                Ok(other) => {
-                    tracing::warn!("KILN_FP8_GEMM={other} is not auto, own or cublaslt; using auto");
-                    Fp8Gemm::Auto
-                }
-            };
-            set_fp8_gemm(c);
-            c
-        }
-        2 => Fp8Gemm::CublasLt,
-        3 => Fp8Gemm::Own,
-        _ => Fp8Gemm::Auto,
-    }
+/// The GEMM in use: [`settings::FP8_GEMM`] (`KILN_FP8_GEMM`: auto, own or cublaslt).
+pub fn fp8_gemm_choice() -> Result<Fp8Gemm> {
+    settings::FP8_GEMM.get()
 }
 
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
@@ -114,8 +89,8 @@ pub(super) fn serves(
     a: &Rows,
     w: &Rows,
     dims: (usize, usize, usize),
-) -> bool {
-    chosen(fp8_gemm_choice(), p.recipe, dims) && runs(dev, p, a, w, dims)
+) -> Result<bool> {
+    Ok(chosen(fp8_gemm_choice()?, p.recipe, dims) && runs(dev, p, a, w, dims))
 }
 
 /// Whether `choice` asks for kiln's GEMM on this recipe and M·N·K.
@@ -201,7 +176,7 @@ pub(super) fn fp8_gemm(
     let tiles = m.div_ceil(cluster * BM) * n.div_ceil(BN);
     let cfg = LaunchConfig { grid_dim: ((cluster * tiles.min(fit)) as u32, 1, 1), ..one };
     // The cluster shape is compiled in, so the launch does not set one.
-    let how = Launch { after_previous: dependent_launch(dev), ..Launch::default() };
+    let how = Launch { after_previous: dependent_launch(dev)?, ..Launch::default() };
     let (sa, sb) = (p.scale_a.ptr(), p.scale_b.ptr());
     let bias = p.bias.map_or(0, |b| b.ptr());
     let (m32, n32, k32, rowwise) = (m as i32, n as i32, k as i32, (p.recipe == Recipe::RowWise) as i32);

@@ -12,8 +12,7 @@ use super::{copy, dev_of, FP8_LINEAR};
 use crate::cuda::{CudaDevice, DeviceBuffer, LaunchConfig, PushKernelArg};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::DType;
-use std::sync::OnceLock;
+use crate::{settings, DType};
 
 /// Most activation rows (after flattening leading dims) the w8a16 kernel serves.
 pub const W8A16_MAX_M: usize = 16;
@@ -92,22 +91,11 @@ impl std::str::FromStr for Variant {
     }
 }
 
-/// `KILN_FP8_LINEAR_VARIANT`, read once; an invalid value is the error every call reports.
-fn forced() -> &'static std::result::Result<Option<Variant>, String> {
-    static SLOT: OnceLock<std::result::Result<Option<Variant>, String>> = OnceLock::new();
-    SLOT.get_or_init(|| match std::env::var("KILN_FP8_LINEAR_VARIANT") {
-        Ok(s) if !s.trim().is_empty() => {
-            s.parse().map(Some).map_err(|e| format!("KILN_FP8_LINEAR_VARIANT: {e}"))
-        }
-        _ => Ok(None),
-    })
-}
-
-/// The variant for `n` × `k`: the override, else one 16-row tile per warp and as many warps
+/// The variant for `n` × `k`: the forced one ([`settings::FP8_LINEAR_VARIANT`]), else one 16-row tile per warp and as many warps
 /// splitting K as bring the launch to [`TARGET_WARPS`], each with at least one whole step.
 /// A starting point from the design; the lead tunes it on the H200.
 pub fn choose(n: usize, k: usize) -> Result<Variant> {
-    if let Some(v) = forced().clone().map_err(|e| Error::invalid("linear_fp8", e))? {
+    if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
         return Ok(v);
     }
     let rt = 1u8;
@@ -215,9 +203,7 @@ mod tests {
 
     #[test]
     fn choice_fills_the_gpu_and_keeps_whole_steps() {
-        if std::env::var_os("KILN_FP8_LINEAR_VARIANT").is_some() {
-            return;
-        }
+        let _auto = settings::FP8_LINEAR_VARIANT.scoped(None);
         // 4096 x 4096: 256 row groups, K split over 8 warps, 2048 warps.
         assert_eq!(choose(4096, 4096).unwrap(), Variant { rt: 1, kw: 8, warps: 8 });
         // MLP up: enough row groups that 4 warps per K suffice.

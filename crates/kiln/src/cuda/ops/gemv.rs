@@ -9,10 +9,9 @@
 
 use super::{copy, dev_of, suffix, GEMV};
 use crate::cuda::{DeviceBuffer, LaunchConfig, PushKernelArg};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::Layout;
-use crate::DType;
-use std::sync::{OnceLock, RwLock};
+use crate::{settings, DType};
 
 /// The most x rows (after flattening leading dims) a GEMV kernel serves; more go to cuBLAS.
 pub const MAX_ROWS: usize = 8;
@@ -121,44 +120,11 @@ pub const TABLE: &[Rule] = &[
 /// When no rule of [`TABLE`] matches.
 pub const DEFAULT: Variant = Variant::new(16, 4, 2, 1, 4);
 
-/// Forced variant: `KILN_GEMV_VARIANT` at first use, then [`force`]. An invalid
-/// environment value is kept as the error every call reports.
-fn override_slot() -> &'static RwLock<std::result::Result<Option<Variant>, String>> {
-    static SLOT: OnceLock<RwLock<std::result::Result<Option<Variant>, String>>> = OnceLock::new();
-    SLOT.get_or_init(|| {
-        RwLock::new(match std::env::var("KILN_GEMV_VARIANT") {
-            Ok(s) if !s.trim().is_empty() => {
-                s.parse().map(Some).map_err(|e| format!("KILN_GEMV_VARIANT: {e}"))
-            }
-            _ => Ok(None),
-        })
-    })
-}
-
-/// Forces `v` on every GEMV call of this process until the returned guard is dropped,
-/// which restores the previous override; for tests and variant sweeps.
-pub fn force(v: Variant) -> Forced {
-    let mut slot = override_slot().write().unwrap_or_else(|e| e.into_inner());
-    Forced { previous: std::mem::replace(&mut *slot, Ok(Some(v))) }
-}
-
-/// Guard of [`force`].
-pub struct Forced {
-    previous: std::result::Result<Option<Variant>, String>,
-}
-
-impl Drop for Forced {
-    fn drop(&mut self) {
-        let previous = std::mem::replace(&mut self.previous, Ok(None));
-        *override_slot().write().unwrap_or_else(|e| e.into_inner()) = previous;
-    }
-}
-
-/// The variant for `rows` × [N, K]: the override, else the first matching [`TABLE`] rule.
-/// At launch a narrower load replaces a 16-byte one when alignment demands it.
+/// The variant for `rows` × [N, K]: the forced one ([`settings::GEMV_VARIANT`]), else the first
+/// matching [`TABLE`] rule. At launch a narrower load replaces a 16-byte one when alignment
+/// demands it.
 pub fn choose(rows: usize, n: usize, k: usize) -> Result<Variant> {
-    let forced = override_slot().read().unwrap_or_else(|e| e.into_inner()).clone();
-    if let Some(v) = forced.map_err(|e| Error::invalid("linear", e))? {
+    if let Some(v) = settings::GEMV_VARIANT.get()? {
         return Ok(v);
     }
     let hit = TABLE.iter().find(|r| rows <= r.max_rows && n <= r.max_n && k >= r.min_k);
@@ -425,8 +391,7 @@ mod tests {
         assert!(declines(1, 128, 2048, &w, DType::F64).is_some());
         let t = Layout { shape: vec![128, 2048], strides: vec![1, 128], offset: 0 };
         assert!(declines(1, 128, 2048, &t, DType::F32).is_some());
-        if std::env::var_os("KILN_GEMV_VARIANT").is_none() {
-            assert_eq!(choose(1, 128, 2048).unwrap(), Variant::new(16, 1, 4, 8, 8));
-        }
+        let _auto = settings::GEMV_VARIANT.scoped(None);
+        assert_eq!(choose(1, 128, 2048).unwrap(), Variant::new(16, 1, 4, 8, 8));
     }
 }

@@ -61,7 +61,7 @@ pub fn grouped_mm(
     }
     let cfg =
         LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    let how = Launch { after_previous: dependent_launch(&dev), ..Launch::default() };
+    let how = Launch { after_previous: dependent_launch(&dev)?, ..Launch::default() };
     // SAFETY: a and b are read at their layouts' strides within their shapes (rows below M,
     // k below K, n below N, groups below G), offs at G contiguous int32s; out gets M × N
     // elements, every one written (rows past the last end as zeros). The kernel calls

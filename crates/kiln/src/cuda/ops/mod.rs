@@ -28,7 +28,7 @@ mod topk;
 pub use copy::{cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
 pub use expert_groups::{expert_groups, EXPERT_GROUPS_MAX};
-pub use fp8_gemm::{fp8_gemm_choice, own_fp8_gemm_launches, set_fp8_gemm, Fp8Gemm};
+pub use fp8_gemm::{fp8_gemm_choice, own_fp8_gemm_launches, Fp8Gemm};
 pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
     Variant as Fp8LinearVariant, W8A16_MAX_M,
@@ -38,12 +38,8 @@ pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::{gather, index_select, put, take};
 pub use loss::mse_loss;
 pub use matmul::matmul;
-pub use reduce::{
-    reduce, rms_norm, set_block_sync, set_softmax_path, softmax, var_mean, BlockSync, SoftmaxPath,
-};
-pub use scaled_mm::{
-    cublaslt_tunings, quantize_rows, scaled_mm, scaled_mm_force_epilogue, LtTuning, ScaledMm, GEMV_MAX_M,
-};
+pub use reduce::{reduce, rms_norm, softmax, var_mean, BlockSync, SoftmaxPath};
+pub use scaled_mm::{cublaslt_tunings, quantize_rows, scaled_mm, LtTuning, ScaledMm, GEMV_MAX_M};
 pub use topk::{router_topk, topk};
 
 pub(crate) use super::Strided;

@@ -11,8 +11,7 @@ use crate::cuda::{
 };
 use crate::error::Result;
 use crate::ops::ReduceOp;
-use crate::DType;
-use std::sync::atomic::{AtomicU8, Ordering};
+use crate::{settings, DType};
 use std::sync::Mutex;
 
 /// How the blocks of one launch that must meet (chunks of one row, a grid-wide sum) do it.
@@ -23,13 +22,6 @@ pub enum BlockSync {
     /// Two launches, the second merging what the first wrote. Used during a graph capture
     /// that begins before the stream has its sync words; settable to test that path.
     MultiLaunch,
-}
-
-static BLOCK_SYNC: AtomicU8 = AtomicU8::new(0);
-
-/// Chooses how blocks meet (process-wide; for tests and benchmarks).
-pub fn set_block_sync(mode: BlockSync) {
-    BLOCK_SYNC.store((mode == BlockSync::MultiLaunch) as u8, Ordering::Relaxed);
 }
 
 /// Per (device, stream), zeroed once: u32 words `[grid barrier, last-block counter, poll
@@ -48,7 +40,7 @@ const SYNC_BYTES: usize = 16 + 16 * POLL_SLOTS;
 /// [`BlockSync::MultiLaunch`], or the stream is being captured and has none yet (made
 /// there, they would belong to the graph's private pool).
 pub(crate) fn sync_words(dev: &CudaDevice) -> Result<Option<u64>> {
-    if BLOCK_SYNC.load(Ordering::Relaxed) == 1 {
+    if settings::BLOCK_SYNC.get()? == BlockSync::MultiLaunch {
         return Ok(None);
     }
     let stream = dev.stream();
@@ -112,21 +104,18 @@ pub enum SoftmaxPath {
     Poll,
 }
 
-static SOFTMAX_PATH: AtomicU8 = AtomicU8::new(0);
-
-/// Forces a softmax path (`None`: chosen by shape), process-wide, for tests and benchmarks.
-/// A forced `Warp` still takes `Split` for rows longer than 1024, a forced `Cluster` or
-/// `Poll` where it does not apply.
-pub fn set_softmax_path(path: Option<SoftmaxPath>) {
-    let code = match path {
-        None => 0,
-        Some(SoftmaxPath::Rows) => 1,
-        Some(SoftmaxPath::Warp) => 2,
-        Some(SoftmaxPath::Split) => 3,
-        Some(SoftmaxPath::Cluster) => 4,
-        Some(SoftmaxPath::Poll) => 5,
-    };
-    SOFTMAX_PATH.store(code, Ordering::Relaxed);
+impl std::str::FromStr for SoftmaxPath {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "rows" => SoftmaxPath::Rows,
+            "warp" => SoftmaxPath::Warp,
+            "split" => SoftmaxPath::Split,
+            "cluster" => SoftmaxPath::Cluster,
+            "poll" => SoftmaxPath::Poll,
+            _ => return Err(format!("{s:?} is not rows, warp, split, cluster or poll")),
+        })
+    }
 }
 
 /// Rows up to this long take the warp kernel.
@@ -270,19 +259,22 @@ pub fn var_mean(
     Ok((v, m))
 }
 
-/// The path for `outer` rows of `r` of `dt`: forced, or by shape.
-fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> SoftmaxPath {
+/// The path for `outer` rows of `r` of `dt`: forced ([`settings::SOFTMAX_PATH`]), or by
+/// shape. A forced `Warp` still takes `Split` for rows longer than 1024, a forced `Cluster`
+/// or `Poll` where it does not apply.
+fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> Result<SoftmaxPath> {
+    use SoftmaxPath::*;
     let cluster_ok = dev.props().cc_major >= 9 && dt != DType::F64 && r <= CLUSTER_ROW_MAX;
     let poll_ok = dt != DType::F64 && poll_plan(dev, outer, r).is_some();
-    match SOFTMAX_PATH.load(Ordering::Relaxed) {
-        1 => SoftmaxPath::Rows,
-        0 | 2 if r <= WARP_ROW_MAX => SoftmaxPath::Warp,
-        0 if cluster_ok && cluster_wins(outer, r) => SoftmaxPath::Cluster,
-        0 if poll_ok && poll_wins(r) => SoftmaxPath::Poll,
-        4 if cluster_ok => SoftmaxPath::Cluster,
-        5 if poll_ok => SoftmaxPath::Poll,
-        _ => SoftmaxPath::Split,
-    }
+    Ok(match settings::SOFTMAX_PATH.get()? {
+        Some(Rows) => Rows,
+        None | Some(Warp) if r <= WARP_ROW_MAX => Warp,
+        None if cluster_ok && cluster_wins(outer, r) => Cluster,
+        None if poll_ok && poll_wins(r) => Poll,
+        Some(Cluster) if cluster_ok => Cluster,
+        Some(Poll) if poll_ok => Poll,
+        _ => Split,
+    })
 }
 
 pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -> Result<DeviceBuffer> {
@@ -293,7 +285,7 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
     }
     let sfx = suffix("softmax", dt)?;
     let (xp, op_, outer64, r64, lg) = (x.ptr(), o.ptr(), outer as i64, r as i64, log as i32);
-    match softmax_path(&dev, dt, outer, r) {
+    match softmax_path(&dev, dt, outer, r)? {
         SoftmaxPath::Rows => {
             let f = dev.function(&SOFTMAX, &format!("softmax_{sfx}"))?;
             // SAFETY: reads and writes outer·r contiguous elements.
@@ -313,8 +305,11 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             let (blocks, threads, v4, chunk) = cluster_plan(r);
             let f = dev.function(&SOFTMAX, &format!("softmax_cluster{v4}_{sfx}"))?;
             let chunk64 = chunk as i64;
-            let how =
-                Launch { cluster: Some(blocks), after_previous: dependent_launch(&dev), ..Launch::default() };
+            let how = Launch {
+                cluster: Some(blocks),
+                after_previous: dependent_launch(&dev)?,
+                ..Launch::default()
+            };
             // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
             // aligned); a cluster of `blocks` per row, chunk <= threads·4·v4 (cluster_plan); the
             // kernel calls kiln_after_previous_kernel before touching memory.
@@ -334,7 +329,7 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
             let sync = sync_words(&dev)?.unwrap_or(0);
             let (bpr64, chunk64) = (bpr as i64, chunk as i64);
             let how =
-                Launch { cooperative: true, after_previous: dependent_launch(&dev), ..Launch::default() };
+                Launch { cooperative: true, after_previous: dependent_launch(&dev)?, ..Launch::default() };
             // SAFETY: reads and writes outer·r contiguous elements (vector accesses only where
             // aligned, softmax.cu: whole4); `sync` is this stream's sync area, whose POLL_SLOTS
             // slots cover the outer·bpr blocks (poll_plan); the cooperative launch makes those

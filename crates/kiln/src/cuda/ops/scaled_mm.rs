@@ -21,13 +21,12 @@ use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffe
 use crate::error::{Error, Result};
 use crate::fp8::Recipe;
 use crate::layout::Layout;
-use crate::DType;
+use crate::{settings, DType};
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 use cudarc::driver::LaunchConfig;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// One `scaled_mm` call as `ops` validated it: `a` `[M, K]` row-major, `b` `[K, N]`
@@ -47,14 +46,6 @@ pub struct ScaledMm<'a> {
 
 /// Largest M the decode kernel serves.
 pub const GEMV_MAX_M: usize = 16;
-
-static FORCE_EPILOGUE: AtomicBool = AtomicBool::new(false);
-
-/// Runs row-wise products with M > 16 through the "row-wise epilogue" path even where
-/// cuBLASLt could scale itself (tests and benchmarks measure both paths with it).
-pub fn scaled_mm_force_epilogue(on: bool) {
-    FORCE_EPILOGUE.store(on, Ordering::Relaxed);
-}
 
 fn need_fp8(dev: &CudaDevice, op: &'static str) -> Result<()> {
     let p = dev.props();
@@ -122,7 +113,7 @@ pub fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
     if m <= GEMV_MAX_M || k == 0 {
         return gemv(&dev, &p, &a, &w, m, n, k);
     }
-    if fp8_gemm::serves(&dev, &p, &a, &w, (m, n, k)) {
+    if fp8_gemm::serves(&dev, &p, &a, &w, (m, n, k))? {
         return fp8_gemm::fp8_gemm(&dev, &p, &a, &w, (m, n, k));
     }
     lt_scaled_mm(&dev, &p, &a, &w, m, n, k)
@@ -173,7 +164,7 @@ fn gemv(
     // launched to start while the kernel ahead finishes (kernels/scaled_mm.cu, fp8_gemv).
     // Grids with one warp per row group (KW 1) gained nothing from it in the lab (H200,
     // 2026-12-04: 1x4096x14336 17.2 µs both), so they keep the plain kernel.
-    let early = p.b_frozen && w._copy.is_none() && kw > 1 && dependent_launch(dev);
+    let early = p.b_frozen && w._copy.is_none() && kw > 1 && dependent_launch(dev)?;
     let name = format!(
         "fp8_gemv_{}_{}_{}_{nt}{}",
         fp8_name(p.a.2),
@@ -574,7 +565,8 @@ fn lt_scaled_mm(
     }
     let ldd = n.next_multiple_of(16);
     let rowwise = p.recipe == Recipe::RowWise;
-    if !(rowwise && FORCE_EPILOGUE.load(Ordering::Relaxed)) {
+    // Tests and benchmarks measure both paths ([`settings::FP8_FORCE_EPILOGUE`]).
+    if !(rowwise && settings::FP8_FORCE_EPILOGUE.get()?) {
         let mode = if rowwise { ScaleMode::OuterVec } else { ScaleMode::Scalar };
         let d = dev.alloc(m * ldd * p.out.size())?;
         if lt_gemm(dev, p, a, w, (m, n, k), mode, p.bias.map(|b| b.ptr()), (d.ptr(), ldd, p.out))? {
