@@ -30,7 +30,7 @@ enum Cmd {
     /// Measure op latency, throughput, correctness and memory. Without --suite: a default
     /// set (about two minutes on a GPU; a reduced CPU set without one, saying why).
     Bench {
-        /// cpu, runtime, linear, reductions, fp8, grouped, ops (those five), decode, memory,
+        /// cpu, runtime, linear, reductions, fp8, grouped, linalg, ops (runtime to grouped), decode, memory,
         /// vae, correctness, default, all.
         #[arg(long, default_value = "default")]
         suite: String,
@@ -76,9 +76,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Info => info(),
-        Cmd::Check { fixtures, device } => {
-            check(&fixtures.unwrap_or_else(fixtures::default_dir), &device)
-        }
+        Cmd::Check { fixtures, device } => check(&fixtures.unwrap_or_else(fixtures::default_dir), &device),
         Cmd::Kernels { check } => compile_kernels(&check),
         Cmd::Bench { suite, device, preset, quantize, json, compare, plot, peer } => {
             kiln_models::Quantize::parse(&quantize).and_then(|q| {

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::layout::{contiguous_strides, normalize_dim, numel, Layout};
-use crate::Tensor;
+use crate::{DType, Tensor};
 
 impl Tensor {
     /// Same elements in row-major order; copies only when the layout is not contiguous.
@@ -180,6 +180,49 @@ impl Tensor {
         l.shape = keep.iter().map(|&d| self.shape()[d]).collect();
         l.strides = keep.iter().map(|&d| self.strides()[d]).collect();
         self.with_layout(l)
+    }
+
+    /// `torch.view_as_real`: a complex64 tensor `[...]` as f32 `[..., 2]` (re, im), sharing
+    /// its storage.
+    pub fn view_as_real(&self) -> Result<Tensor> {
+        if self.dtype != DType::C64 {
+            return Err(Error::DTypeNotSupported {
+                op: "view_as_real",
+                got: self.dtype,
+                expected: "complex64",
+            });
+        }
+        let mut l = self.layout.clone();
+        l.strides.iter_mut().for_each(|s| *s *= 2);
+        l.offset *= 2;
+        l.shape.push(2);
+        l.strides.push(1);
+        Ok(Tensor { dtype: DType::F32, ..self.with_layout(l) })
+    }
+
+    /// `torch.view_as_complex`: an f32 tensor `[..., 2]` (re, im) as complex64 `[...]`,
+    /// sharing its storage; the pairs must be adjacent and every other stride (and the
+    /// offset) even, as PyTorch requires.
+    pub fn view_as_complex(&self) -> Result<Tensor> {
+        const OP: &str = "view_as_complex";
+        if self.dtype != DType::F32 {
+            return Err(Error::DTypeNotSupported { op: OP, got: self.dtype, expected: "float32 [..., 2]" });
+        }
+        let l = &self.layout;
+        let r = l.rank();
+        if r == 0 || l.shape[r - 1] != 2 || l.strides[r - 1] != 1 {
+            return Err(Error::bad_shape(OP, format!("needs a last dim of 2 with stride 1, got {:?}", l)));
+        }
+        let odd = |x: &usize| !x.is_multiple_of(2);
+        if odd(&l.offset) || l.strides[..r - 1].iter().zip(&l.shape).any(|(s, &n)| n > 1 && odd(s)) {
+            return Err(Error::bad_shape(OP, format!("needs even strides and offset, got {:?}", l)));
+        }
+        let layout = Layout {
+            shape: l.shape[..r - 1].to_vec(),
+            strides: l.strides[..r - 1].iter().map(|s| s / 2).collect(),
+            offset: l.offset / 2,
+        };
+        Ok(Tensor { dtype: DType::C64, ..self.with_layout(layout) })
     }
 
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
