@@ -14,23 +14,7 @@ Output: {"torch": version, "cuda": version, "device": name, "results": [{"name",
 """
 
 import torch
-from torch_timing import graph_samples_us, peer_results
-
-
-def eager_samples_us(fn, reps, warmups=3):
-    """fn() called `reps` times after `warmups`, each between two CUDA events; sorted µs."""
-    for _ in range(warmups):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3)
-    return sorted(samples)
+from torch_timing import eager_samples_us, graph_samples_us, run_shapes
 
 
 def time_shape(spec, calls, reps):
@@ -52,9 +36,4 @@ def time_shape(spec, calls, reps):
 
 
 def run(spec):
-    calls, reps = spec.get("calls", 20), spec.get("reps", 20)
-    results = []
-    for s in spec["shapes"]:
-        us, min_us = time_shape(s, calls, reps)
-        results.append({"name": s["name"], "us": us, "min_us": min_us})
-    return peer_results(results)
+    return run_shapes(spec, time_shape)
