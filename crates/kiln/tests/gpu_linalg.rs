@@ -55,6 +55,8 @@ fn inv(cx: &mut Ctx) -> R {
         if !msg.contains("matrix 6 is singular") {
             return Err(format!("singular {dt}: got {msg:?}"));
         }
+        let (g, c) = matrices(cx, &[2], 0, dt).map_err(e)?;
+        same(&format!("inv {dt} [2, 0, 0]"), &g.linalg_inv().map_err(e)?, &c.linalg_inv().map_err(e)?, 0.0)?;
         let (g, _) = matrices(cx, &[2], 5, dt).map_err(e)?;
         if !matches!(g.linalg_inv(), Err(kiln::Error::NotImplemented { .. })) {
             return Err(format!("inv {dt} 5x5 must be NotImplemented on CUDA"));

@@ -200,8 +200,11 @@ impl Tensor {
         if n > crate::cuda::ops::INV_MAX_N {
             return Err(Error::NotImplemented { op: OP, device: self.device(), dtype: self.dtype() });
         }
+        if self.numel() == 0 {
+            return Tensor::zeros(self.shape(), self.dtype(), self.device());
+        }
         let a = self.dense()?;
-        let count = a.numel() / (n * n).max(1);
+        let count = a.numel() / (n * n);
         let (out, singular) = match &*a.read() {
             Storage::Cuda(x) => crate::cuda::ops::inv_small(x, a.dtype(), n, count)?,
             Storage::Cpu(_) => unreachable!("a CUDA tensor"),

@@ -234,3 +234,33 @@ impl Tensor {
         Ok(self.with_layout(l))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+    use num_complex::Complex32;
+
+    /// Complex64 and its (re, im) pairs share storage both ways, through strided views too;
+    /// pairs that are not adjacent, odd offsets and other dtypes are refused.
+    #[test]
+    fn complex_and_real_views_share_storage() {
+        let z: Vec<Complex32> = (0..6).map(|i| Complex32::new(i as f32, -(i as f32) - 0.5)).collect();
+        let z = Tensor::from_vec(z, &[2, 3], Device::Cpu).unwrap();
+        let r = z.view_as_real().unwrap();
+        assert_eq!((r.shape(), r.dtype()), (&[2, 3, 2][..], DType::F32));
+        assert_eq!(r.to_vec::<f32>().unwrap()[8..10], [4.0, -4.5]);
+        // A transposed complex view stays a view: element (2, 1) of zᵀ is z[1][2].
+        let rt = z.transpose(0, 1).unwrap().view_as_real().unwrap();
+        assert_eq!(
+            rt.narrow(0, 2, 1).unwrap().narrow(1, 1, 1).unwrap().to_vec::<f32>().unwrap(),
+            [5.0, -5.5]
+        );
+        let back = r.narrow(1, 1, 2).unwrap().view_as_complex().unwrap();
+        assert_eq!(back.to_vec::<Complex32>().unwrap()[3], Complex32::new(5.0, -5.5));
+        assert!(r.narrow(2, 0, 1).unwrap().view_as_complex().is_err());
+        assert!(r.transpose(1, 2).unwrap().view_as_complex().is_err());
+        let odd = Tensor::zeros(&[5], DType::F32, Device::Cpu).unwrap().narrow(0, 1, 4).unwrap();
+        assert!(odd.reshape(&[2, 2]).unwrap().view_as_complex().is_err());
+        assert!(r.view_as_real().is_err());
+    }
+}
