@@ -12,7 +12,7 @@ Output: {"torch": version, "cuda": version, "device": name, "results": [{"name",
 """
 
 import torch
-from torch_timing import graph_samples_us, peer_results
+from torch_timing import graph_samples_us, run_shapes
 
 
 def time_shape(spec, calls, reps):
@@ -28,9 +28,4 @@ def time_shape(spec, calls, reps):
 
 
 def run(spec):
-    calls, reps = spec.get("calls", 20), spec.get("reps", 20)
-    results = []
-    for s in spec["shapes"]:
-        us, min_us = time_shape(s, calls, reps)
-        results.append({"name": s["name"], "us": us, "min_us": min_us})
-    return peer_results(results)
+    return run_shapes(spec, time_shape)

@@ -5,7 +5,7 @@ which reads the max back to the host, eagerly per call). `run` takes no spec (th
 are fixed here) and returns {"torch": version, "device": name, "results": {name: µs}}."""
 import torch
 import torch.nn.functional as F
-from torch_timing import graph_samples_us
+from torch_timing import eager_samples_us, graph_samples_us
 
 PER_GRAPH, REPS = 20, 50
 
@@ -16,18 +16,8 @@ def graph_us(fn):
 
 
 def eager_us(fn):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return sorted(times)[len(times) // 2]
+    times = eager_samples_us(fn, REPS)
+    return times[len(times) // 2]
 
 
 def run(spec=None):

@@ -32,6 +32,32 @@ def graph_samples_us(fn, calls, reps, warmups=3):
     return sorted(samples)
 
 
+def eager_samples_us(fn, reps, warmups=3):
+    """fn() called `reps` times after `warmups`, each between two CUDA events; sorted µs."""
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1e3)
+    return sorted(samples)
+
+
+def run_shapes(spec, time_shape):
+    """A peer suite over spec["shapes"]: time_shape(shape, calls, reps) -> (median µs, min µs)."""
+    calls, reps = spec.get("calls", 20), spec.get("reps", 20)
+    results = []
+    for s in spec["shapes"]:
+        us, min_us = time_shape(s, calls, reps)
+        results.append({"name": s["name"], "us": us, "min_us": min_us})
+    return peer_results(results)
+
+
 def peer_results(results):
     """A peer suite's output: its per-workload results with the torch build and device."""
     return {

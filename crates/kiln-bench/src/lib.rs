@@ -7,6 +7,7 @@ pub mod fixtures;
 pub mod fp8;
 pub mod grouped;
 pub mod harness;
+pub mod linalg;
 pub mod linalg_fixtures;
 pub mod linear;
 pub mod peaks;

@@ -1,31 +1,40 @@
 //! The `torch.linalg` cases of the fixtures (`inv`, `solve_triangular`, `qr`, `svd`,
-//! `svdvals`, `pinv`, `lstsq`, `lu_factor`, `lu_solve`, `det`), run through kiln's linalg
-//! ops. The SVD case stores only the singular values, so its factors are checked here:
-//! `U diag(S) Vh` rebuilds the input and U, Vh are orthogonal (their signs are free). The
-//! complex cases store complex64 as f32 `[..., 2]` (re, im): converted to and from
-//! `DType::C64` here.
+//! `svdvals`, `pinv`, `lstsq`, `lu_factor`, `lu_solve`, `det` and the backward ops of
+//! `det`, `inv`, `solve` and `solve_triangular`), run through kiln's linalg ops. The SVD
+//! case stores only the singular values, so its factors are checked here: `U diag(S) Vh`
+//! rebuilds the input and U, Vh are orthogonal (their signs are free). The complex cases
+//! (named `*_c64`) store complex64 as f32 `[..., 2]` (re, im): viewed as `DType::C64` and
+//! back here.
 
-use kiln::{DType, Device, Error, Result, Tensor};
+use kiln::{DType, Error, Result, Tensor};
 use serde_json::Value;
 
-/// The ops this module runs (CPU only: kiln has no linalg kernels yet).
-pub const OPS: [&str; 10] =
-    ["inv", "solve_triangular", "qr", "svd", "svdvals", "pinv", "lstsq", "lu_factor", "lu_solve", "det"];
+/// The ops this module runs.
+pub const OPS: [&str; 14] = [
+    "inv",
+    "solve_triangular",
+    "qr",
+    "svd",
+    "svdvals",
+    "pinv",
+    "lstsq",
+    "lu_factor",
+    "lu_solve",
+    "det",
+    "det_backward",
+    "inv_backward",
+    "solve_backward",
+    "solve_triangular_backward",
+];
 
-/// A fixture's f32 `[..., 2]` (re, im) as complex64 `[...]` (the same bytes).
+/// A fixture's f32 `[..., 2]` (re, im) as complex64 `[...]` (a view of the same storage).
 fn to_complex(t: &Tensor) -> Result<Tensor> {
-    let shape = t.shape();
-    if t.dtype() != DType::F32 || shape.last() != Some(&2) {
-        return Err(Error::bad_shape("fixtures", format!("complex needs f32 [..., 2], got {:?}", shape)));
-    }
-    Tensor::from_raw_bytes(&t.to_raw_bytes()?, &shape[..shape.len() - 1], DType::C64, Device::Cpu)
+    t.contiguous()?.view_as_complex()
 }
 
 /// complex64 `[...]` as the fixtures store it: f32 `[..., 2]`.
 fn from_complex(t: &Tensor) -> Result<Tensor> {
-    let mut shape = t.shape().to_vec();
-    shape.push(2);
-    Tensor::from_raw_bytes(&t.to_raw_bytes()?, &shape, DType::F32, Device::Cpu)
+    t.view_as_real()
 }
 
 /// Largest |x − y| over two tensors of one shape.
@@ -47,8 +56,14 @@ fn orthogonality_error(m: &Tensor, rows: bool) -> Result<f64> {
 }
 
 /// The case's outputs and the (atol, rtol) to compare them with.
-pub fn compute(op: &str, args: &Value, ins: &[Tensor]) -> Result<(Vec<Tensor>, f64, f64)> {
+pub fn compute(case: &str, op: &str, args: &Value, ins: &[Tensor]) -> Result<(Vec<Tensor>, f64, f64)> {
     let flag = |k: &str, default: bool| args.get(k).and_then(|v| v.as_bool()).unwrap_or(default);
+    let complex = case.ends_with("_c64");
+    // The inputs as kiln computes with them, and an output as the fixture stores it.
+    let inputs = || -> Result<Vec<Tensor>> {
+        ins.iter().map(|t| if complex { to_complex(t) } else { Ok(t.clone()) }).collect()
+    };
+    let stored = |t: Tensor| if complex { from_complex(&t) } else { Ok(t) };
     let outputs = match op {
         "inv" => vec![ins[0].linalg_inv()?],
         "solve_triangular" => {
@@ -70,7 +85,7 @@ pub fn compute(op: &str, args: &Value, ins: &[Tensor]) -> Result<(Vec<Tensor>, f
             let us = u.narrow(-1, 0, k)?.mul(&s.unsqueeze(-2)?)?;
             let rebuilt = max_diff(&us.matmul(&vh.narrow(-2, 0, k)?)?, a)?;
             let scale = a.abs()?.max(&[], false)?.item()?;
-            let tol = if a.dtype() == kiln::DType::F64 { 1e-12 } else { 1e-5 };
+            let tol = if a.dtype() == DType::F64 { 1e-12 } else { 1e-5 };
             let ortho = orthogonality_error(&u, false)?.max(orthogonality_error(&vh, true)?);
             if rebuilt > tol * scale || ortho > tol {
                 return Err(Error::invalid(
@@ -102,6 +117,30 @@ pub fn compute(op: &str, args: &Value, ins: &[Tensor]) -> Result<(Vec<Tensor>, f
         }
         // The 0-dim determinant is stored as [1] (then [1, 2] as re, im).
         "det" => vec![from_complex(&to_complex(&ins[0])?.linalg_det()?.reshape(&[1])?)?],
+        "det_backward" => {
+            let x = inputs()?;
+            vec![stored(x[0].linalg_det_backward(&x[1])?)?]
+        }
+        "inv_backward" => {
+            let x = inputs()?;
+            vec![stored(x[0].linalg_inv_backward(&x[1])?)?]
+        }
+        "solve_backward" => {
+            let x = inputs()?;
+            let (ga, gb) = x[0].linalg_solve_backward(&x[1], &x[2])?;
+            vec![stored(ga)?, stored(gb)?]
+        }
+        "solve_triangular_backward" => {
+            let x = inputs()?;
+            let (ga, gb) = x[0].linalg_solve_triangular_backward(
+                &x[1],
+                &x[2],
+                flag("upper", false),
+                flag("left", true),
+                flag("unitriangular", false),
+            )?;
+            vec![stored(ga)?, stored(gb)?]
+        }
         other => return Err(Error::invalid("fixtures", format!("{other} is not a linalg op"))),
     };
     // The LU family computes in complex128 against LAPACK's complex64: within ~1e-6 of

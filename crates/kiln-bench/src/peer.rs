@@ -83,6 +83,19 @@ pub fn torch(suite: &str, stdin: Option<&Value>, want: Want) -> Result<std::resu
     }
 }
 
+/// Adds `torch_us` and `speedup` (PyTorch's µs over kiln's) to each of `results` whose
+/// `name` the peer's output `torch` timed.
+pub fn merge(results: &mut [Value], torch: &Value) {
+    let empty = vec![];
+    for r in results.iter_mut() {
+        let hit = torch["results"].as_array().unwrap_or(&empty).iter().find(|p| p["name"] == r["name"]);
+        if let (Some(tus), Some(us)) = (hit.and_then(|p| p["us"].as_f64()), r["us"].as_f64()) {
+            r["torch_us"] = serde_json::json!(tus);
+            r["speedup"] = serde_json::json!(tus / us);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

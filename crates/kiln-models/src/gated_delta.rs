@@ -181,10 +181,13 @@ fn chunked(x: &Steps, state: Tensor) -> Result<(Tensor, Tensor)> {
     let decay = Tensor::where_cond(&tri.lower, &cum.sub(&cum.transpose(-1, -2)?)?.exp()?, &zero)?;
     let (k_beta, v_beta) = (k.mul(&beta)?, v.mul(&beta)?);
     let kt = k.transpose(-1, -2)?;
-    let solve = unit_lower_inverse(&k_beta.matmul(&kt)?.mul(&decay)?, &tri.eye)?;
     let cum_exp = cum.exp()?;
-    let new_values = solve.matmul(&v_beta)?;
-    let k_cumdecay = solve.matmul(&k_beta.mul(&cum_exp)?)?;
+    // (I + L) X = [β v, β k e^cum]: one unit-lower solve for both right-hand sides (the
+    // solve reads only L, the strict lower triangle).
+    let (dv, dk) = (v.size(4)?, k.size(4)?);
+    let rhs = Tensor::cat(&[v_beta, k_beta.mul(&cum_exp)?], -1)?;
+    let solved = k_beta.matmul(&kt)?.mul(&decay)?.linalg_solve_triangular(&rhs, false, true, true)?;
+    let (new_values, k_cumdecay) = (solved.narrow(-1, 0, dv)?, solved.narrow(-1, dv, dk)?);
     let intra = q.matmul(&kt)?.mul(&decay)?;
     let last = cum.narrow(3, c - 1, 1)?;
     let q_decayed = q.mul(&cum_exp)?;
@@ -199,7 +202,6 @@ fn chunked(x: &Steps, state: Tensor) -> Result<(Tensor, Tensor)> {
         outs.push(at(&q_decayed)?.matmul(&state)?.add(&at(&intra)?.matmul(&v_new)?)?);
         state = state.mul(&at(&chunk_decay)?)?.add(&at(&k_to_end)?.transpose(-1, -2)?.matmul(&v_new)?)?;
     }
-    let dv = v.size(4)?;
     let o = Tensor::stack(&outs, 2)?.reshape(&[b, h, n * c, dv])?.narrow(2, 0, t)?.transpose(1, 2)?;
     Ok((o, state))
 }
@@ -210,34 +212,14 @@ struct Triangles {
     lower: Tensor,
     /// `[i ≤ j]` as f32: a row vector times it is its running sum.
     upper_ones: Tensor,
-    eye: Tensor,
 }
 
 impl Triangles {
     fn new(c: usize, device: kiln::Device) -> Result<Self> {
         let idx = Tensor::arange(0.0, c as f64, 1.0, DType::F32, device)?;
         let (i, j) = (idx.reshape(&[c, 1])?, idx.reshape(&[1, c])?);
-        Ok(Triangles {
-            lower: j.le(&i)?,
-            upper_ones: i.le(&j)?.to_dtype(DType::F32)?,
-            eye: i.eq(&j)?.to_dtype(DType::F32)?,
-        })
+        Ok(Triangles { lower: j.le(&i)?, upper_ones: i.le(&j)?.to_dtype(DType::F32)? })
     }
-}
-
-/// `(I + L)⁻¹` for `L` the strictly lower triangle of `a` `[.., C, C]` (what lies on and
-/// above the diagonal is not read), by forward substitution, a row at a time:
-/// `T[i] = e_i − L[i, :i] · T[:i]`. C steps of a few ops over all chunks and heads at once.
-fn unit_lower_inverse(a: &Tensor, eye: &Tensor) -> Result<Tensor> {
-    let c = eye.size(0)?;
-    let mut rows =
-        eye.narrow(0, 0, 1)?.broadcast_to(&[&a.shape()[..a.rank() - 2], &[1, c]].concat())?.contiguous()?;
-    for i in 1..c {
-        let l = a.narrow(-2, i, 1)?.narrow(-1, 0, i)?;
-        let row = eye.narrow(0, i, 1)?.sub(&l.matmul(&rows)?)?;
-        rows = Tensor::cat(&[rows, row], -2)?;
-    }
-    Ok(rows)
 }
 
 /// `x / sqrt(Σ x² + 1e-6)` over the last dim (the FLA library's l2norm, as transformers).

@@ -7,11 +7,14 @@
 //! Empty matrices (a zero dim) give PyTorch's empty, zero or identity results without a
 //! factorisation.
 //!
-//! These are the references GPU kernels will be checked against; there is no CUDA path
-//! yet, so a CUDA tensor gets `Error::NotImplemented`, never a silent copy to the host.
+//! These are the references the GPU kernels are checked against. On CUDA, `inv` of
+//! matrices up to 4 × 4 and `solve_triangular` of systems up to 64 × 64 have kernels
+//! (`cuda/kernels/linalg_inv.cu`, `linalg_trsm.cu`); every other CUDA case gets
+//! `Error::NotImplemented`, never a silent copy to the host.
 
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
+use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 use faer::linalg::solvers::{DenseSolveCore, Svd};
 use faer::Mat;
@@ -34,6 +37,11 @@ pub(super) fn check_of(op: &'static str, t: &Tensor, ok: &[DType], expected: &'s
     if t.device() != Device::Cpu {
         return Err(Error::NotImplemented { op, device: t.device(), dtype: t.dtype() });
     }
+    check_matrix(op, t, ok, expected)
+}
+
+/// What `check_of` checks, on any device.
+fn check_matrix(op: &'static str, t: &Tensor, ok: &[DType], expected: &'static str) -> Result<()> {
     if !ok.contains(&t.dtype()) {
         return Err(Error::DTypeNotSupported { op, got: t.dtype(), expected });
     }
@@ -151,13 +159,21 @@ fn default_rtol(dtype: DType, rows: usize, cols: usize) -> f64 {
 impl Tensor {
     /// `torch.linalg.inv`: the inverse of each square matrix `[..., n, n]`, by LU with
     /// partial pivoting. A singular matrix is an error naming the zero pivot, as in PyTorch.
+    ///
+    /// On CUDA, matrices up to 4 × 4 are inverted in closed form (the adjugate over the
+    /// determinant, in double), one thread per matrix in one launch; a singular one (zero
+    /// determinant) is the same error, which costs a host synchronisation to read back.
     pub fn linalg_inv(&self) -> Result<Tensor> {
         const OP: &str = "linalg.inv";
-        check(OP, self)?;
-        let b = Batch::of(self)?;
-        if b.rows != b.cols {
+        check_matrix(OP, self, &[DType::F32, DType::F64], "f32 or f64")?;
+        let n = self.shape()[self.rank() - 1];
+        if self.shape()[self.rank() - 2] != n {
             return Err(Error::bad_shape(OP, format!("needs square matrices, got {:?}", self.shape())));
         }
+        if self.device() != Device::Cpu {
+            return self.inv_cuda(n);
+        }
+        let b = Batch::of(self)?;
         if b.is_empty() {
             return assemble(&b.lead, 0, 0, &[], self.dtype());
         }
@@ -178,6 +194,27 @@ impl Tensor {
         assemble(&b.lead, b.rows, b.cols, &out, self.dtype())
     }
 
+    /// The CUDA half of `linalg_inv` (checked square f32 / f64 matrices of size `n`).
+    fn inv_cuda(&self, n: usize) -> Result<Tensor> {
+        const OP: &str = "linalg.inv";
+        if n > crate::cuda::ops::INV_MAX_N {
+            return Err(Error::NotImplemented { op: OP, device: self.device(), dtype: self.dtype() });
+        }
+        if self.numel() == 0 {
+            return Tensor::zeros(self.shape(), self.dtype(), self.device());
+        }
+        let a = self.dense()?;
+        let count = a.numel() / (n * n);
+        let (out, singular) = match &*a.read() {
+            Storage::Cuda(x) => crate::cuda::ops::inv_small(x, a.dtype(), n, count)?,
+            Storage::Cpu(_) => unreachable!("a CUDA tensor"),
+        };
+        if let Some(k) = singular {
+            return Err(Error::invalid(OP, format!("matrix {k} is singular: its determinant is zero")));
+        }
+        Ok(Tensor::from_storage(Storage::Cuda(out), self.shape(), self.dtype(), self.device()))
+    }
+
     /// `torch.linalg.solve_triangular(A, B, upper=, left=, unitriangular=)` with `self` as
     /// `A` `[..., n, n]`: X with `A X = B` (`left`) or `X A = B`, `B` `[..., n, k]` (`[...,
     /// k, n]` for `!left`); batch dims broadcast. Only `A`'s triangle is read (its
@@ -189,9 +226,15 @@ impl Tensor {
         left: bool,
         unitriangular: bool,
     ) -> Result<Tensor> {
+        const OP: &str = "linalg.solve_triangular";
         // A is n × n; B is n × k (left) or k × n.
         let fits = |a: &[usize], b: &[usize]| a[0] == a[1] && a[0] == if left { b[0] } else { b[1] };
-        let (lead, a, b) = system("linalg.solve_triangular", self, rhs, fits)?;
+        if self.device() != Device::Cpu {
+            let check = |op, t: &Tensor| check_matrix(op, t, &[DType::F32, DType::F64], "f32 or f64");
+            let lead = system_lead(OP, self, rhs, check, fits)?;
+            return self.solve_triangular_cuda(rhs, &lead, (upper, left, unitriangular));
+        }
+        let (lead, a, b) = system(OP, self, rhs, fits)?;
         if a.is_empty() || b.is_empty() {
             return assemble(&lead, b.rows, b.cols, &[], self.dtype());
         }
@@ -226,6 +269,43 @@ impl Tensor {
             })
             .collect();
         assemble(&lead, b.rows, b.cols, &out, self.dtype())
+    }
+
+    /// The CUDA half of `linalg_solve_triangular` (checked operands, batch dims `lead`):
+    /// systems up to 64 × 64, one block per matrix.
+    fn solve_triangular_cuda(
+        &self,
+        rhs: &Tensor,
+        lead: &[usize],
+        flags: (bool, bool, bool),
+    ) -> Result<Tensor> {
+        let n = self.shape()[self.rank() - 1];
+        if n > crate::cuda::ops::TRSM_MAX_N {
+            let e = Error::NotImplemented {
+                op: "linalg.solve_triangular",
+                device: self.device(),
+                dtype: self.dtype(),
+            };
+            return Err(e);
+        }
+        let full = |t: &Tensor| -> Result<Tensor> {
+            let mut shape = lead.to_vec();
+            shape.extend_from_slice(&t.shape()[t.rank() - 2..]);
+            t.broadcast_to(&shape)?.dense()
+        };
+        let (a, b) = (full(self)?, full(rhs)?);
+        let count: usize = lead.iter().product();
+        let k = if flags.1 { b.shape()[b.rank() - 1] } else { b.shape()[b.rank() - 2] };
+        if count == 0 || n == 0 || k == 0 {
+            return Tensor::zeros(b.shape(), b.dtype(), b.device());
+        }
+        let out = match (&*a.read(), &*b.read()) {
+            (Storage::Cuda(x), Storage::Cuda(y)) => {
+                crate::cuda::ops::trsm_small(x, y, a.dtype(), count, n, k, flags)?
+            }
+            _ => unreachable!("CUDA tensors"),
+        };
+        Ok(Tensor::from_storage(Storage::Cuda(out), b.shape(), b.dtype(), b.device()))
     }
 
     /// `torch.linalg.qr(A, mode="reduced")`: Q `[..., m, k]` with orthonormal columns and

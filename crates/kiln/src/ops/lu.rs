@@ -229,6 +229,15 @@ impl Tensor {
         with_field!(self.dtype(), T, lu_solve::<T>(&lu, &piv, &b))
     }
 
+    /// `torch.linalg.solve(A, B)` (left) with `self` as `A` `[..., n, n]` and `B` `[..., n,
+    /// k]`: X with `A X = B`, by [`Tensor::linalg_lu_factor`] and
+    /// [`Tensor::linalg_lu_solve`] (batch dims broadcast; a singular A gives infinities /
+    /// NaN, as those do).
+    pub fn linalg_solve(&self, b: &Tensor) -> Result<Tensor> {
+        let (lu, pivots) = self.linalg_lu_factor()?;
+        lu.linalg_lu_solve(&pivots, b)
+    }
+
     /// `torch.linalg.det` of square matrices `[..., n, n]` → `[...]`: the product of U's
     /// diagonal times the sign of the row swaps; a singular matrix gives 0.
     pub fn linalg_det(&self) -> Result<Tensor> {

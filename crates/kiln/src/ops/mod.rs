@@ -12,6 +12,7 @@ mod histogram;
 mod index;
 mod interpolate;
 mod linalg;
+mod linalg_grad;
 mod loss;
 mod lu;
 mod matmul;

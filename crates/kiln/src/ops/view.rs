@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::layout::{contiguous_strides, normalize_dim, numel, Layout};
-use crate::Tensor;
+use crate::{DType, Tensor};
 
 impl Tensor {
     /// Same elements in row-major order; copies only when the layout is not contiguous.
@@ -182,6 +182,49 @@ impl Tensor {
         self.with_layout(l)
     }
 
+    /// `torch.view_as_real`: a complex64 tensor `[...]` as f32 `[..., 2]` (re, im), sharing
+    /// its storage.
+    pub fn view_as_real(&self) -> Result<Tensor> {
+        if self.dtype != DType::C64 {
+            return Err(Error::DTypeNotSupported {
+                op: "view_as_real",
+                got: self.dtype,
+                expected: "complex64",
+            });
+        }
+        let mut l = self.layout.clone();
+        l.strides.iter_mut().for_each(|s| *s *= 2);
+        l.offset *= 2;
+        l.shape.push(2);
+        l.strides.push(1);
+        Ok(Tensor { dtype: DType::F32, ..self.with_layout(l) })
+    }
+
+    /// `torch.view_as_complex`: an f32 tensor `[..., 2]` (re, im) as complex64 `[...]`,
+    /// sharing its storage; the pairs must be adjacent and every other stride (and the
+    /// offset) even, as PyTorch requires.
+    pub fn view_as_complex(&self) -> Result<Tensor> {
+        const OP: &str = "view_as_complex";
+        if self.dtype != DType::F32 {
+            return Err(Error::DTypeNotSupported { op: OP, got: self.dtype, expected: "float32 [..., 2]" });
+        }
+        let l = &self.layout;
+        let r = l.rank();
+        if r == 0 || l.shape[r - 1] != 2 || l.strides[r - 1] != 1 {
+            return Err(Error::bad_shape(OP, format!("needs a last dim of 2 with stride 1, got {:?}", l)));
+        }
+        let odd = |x: &usize| !x.is_multiple_of(2);
+        if odd(&l.offset) || l.strides[..r - 1].iter().zip(&l.shape).any(|(s, &n)| n > 1 && odd(s)) {
+            return Err(Error::bad_shape(OP, format!("needs even strides and offset, got {:?}", l)));
+        }
+        let layout = Layout {
+            shape: l.shape[..r - 1].to_vec(),
+            strides: l.strides[..r - 1].iter().map(|s| s / 2).collect(),
+            offset: l.offset / 2,
+        };
+        Ok(Tensor { dtype: DType::C64, ..self.with_layout(layout) })
+    }
+
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
         let d = normalize_dim(dim, self.rank() + 1)?;
         let mut l = self.layout.clone();
@@ -189,5 +232,35 @@ impl Tensor {
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
         Ok(self.with_layout(l))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+    use num_complex::Complex32;
+
+    /// Complex64 and its (re, im) pairs share storage both ways, through strided views too;
+    /// pairs that are not adjacent, odd offsets and other dtypes are refused.
+    #[test]
+    fn complex_and_real_views_share_storage() {
+        let z: Vec<Complex32> = (0..6).map(|i| Complex32::new(i as f32, -(i as f32) - 0.5)).collect();
+        let z = Tensor::from_vec(z, &[2, 3], Device::Cpu).unwrap();
+        let r = z.view_as_real().unwrap();
+        assert_eq!((r.shape(), r.dtype()), (&[2, 3, 2][..], DType::F32));
+        assert_eq!(r.to_vec::<f32>().unwrap()[8..10], [4.0, -4.5]);
+        // A transposed complex view stays a view: element (2, 1) of zᵀ is z[1][2].
+        let rt = z.transpose(0, 1).unwrap().view_as_real().unwrap();
+        assert_eq!(
+            rt.narrow(0, 2, 1).unwrap().narrow(1, 1, 1).unwrap().to_vec::<f32>().unwrap(),
+            [5.0, -5.5]
+        );
+        let back = r.narrow(1, 1, 2).unwrap().view_as_complex().unwrap();
+        assert_eq!(back.to_vec::<Complex32>().unwrap()[3], Complex32::new(5.0, -5.5));
+        assert!(r.narrow(2, 0, 1).unwrap().view_as_complex().is_err());
+        assert!(r.transpose(1, 2).unwrap().view_as_complex().is_err());
+        let odd = Tensor::zeros(&[5], DType::F32, Device::Cpu).unwrap().narrow(0, 1, 4).unwrap();
+        assert!(odd.reshape(&[2, 2]).unwrap().view_as_complex().is_err());
+        assert!(r.view_as_real().is_err());
     }
 }

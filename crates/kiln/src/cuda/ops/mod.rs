@@ -19,6 +19,8 @@ pub mod gemv;
 mod grouped_mm;
 mod histogram;
 mod index;
+mod linalg_inv;
+mod linalg_trsm;
 mod loss;
 mod matmul;
 mod reduce;
@@ -36,6 +38,8 @@ pub use fp8_linear::{
 pub use grouped_mm::grouped_mm;
 pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::{gather, index_select, put, take};
+pub use linalg_inv::{inv_small, INV_MAX_N};
+pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
 pub use matmul::matmul;
 pub use reduce::{reduce, rms_norm, softmax, var_mean, BlockSync, SoftmaxPath};
@@ -70,6 +74,8 @@ pub(crate) const FP8_LINEAR: KernelSource = kernel_source!("fp8_linear");
 pub(crate) const FP8_GEMM: KernelSource = kernel_source!("fp8_gemm");
 pub(crate) const GROUPED_MM: KernelSource = kernel_source!("grouped_mm");
 pub(crate) const EXPERT_GROUPS: KernelSource = kernel_source!("expert_groups");
+pub(crate) const LINALG_INV: KernelSource = kernel_source!("linalg_inv");
+pub(crate) const LINALG_TRSM: KernelSource = kernel_source!("linalg_trsm");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
@@ -88,6 +94,8 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     FP8_GEMM,
     GROUPED_MM,
     EXPERT_GROUPS,
+    LINALG_INV,
+    LINALG_TRSM,
 ];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
