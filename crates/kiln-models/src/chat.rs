@@ -112,7 +112,7 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
         };
         let mut out = BoundedOutput(Vec::new());
-        tmpl.render_to_write(ctx, &mut out).map_err(err)?;
+        tmpl.render_captured_to(ctx, &mut out).map_err(err)?;
         String::from_utf8(out.0).map_err(|e| Error::invalid("chat template", e.to_string()))
     }
 }
