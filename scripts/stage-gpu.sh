@@ -20,6 +20,8 @@ for line in sys.stdin:
         shutil.copy(m["executable"], os.path.join(os.environ["S"], "tests", name))
 '
 cp -r fixtures/. "$S"/fixtures/
+# The kernel families whose sources use shared memory: gpu-test.sh sanitize racechecks each.
+grep -l "__shared__" crates/kiln/src/cuda/kernels/*.cu | xargs -n1 basename | sed 's/\.cu$//' > "$S"/shared_kernels.txt
 [ -d bench ] && cp bench/*.py "$S"/ 2>/dev/null || true
 find "$S"/tests -type f ! -name 'gpu_*' ! -name 'kiln-lib' -delete
 strip "$S"/kiln "$S"/tests/* 2>/dev/null || true

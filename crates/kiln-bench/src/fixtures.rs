@@ -48,6 +48,29 @@ fn arg_f64(c: &Case, k: &str) -> Option<f64> {
 /// Ops kiln computes on the CPU only (a CUDA tensor gets `Error::NotImplemented`).
 const CPU_ONLY: [&str; 1] = ["interpolate"];
 
+/// The inputs (`in0…`) `compute` reads for `op`: a case declaring fewer is a FAIL naming
+/// it, not an index out of bounds.
+fn inputs_needed(op: &str) -> usize {
+    match op {
+        "logspace" => 0,
+        "put_" | "sdpa" | "grouped_mm" => 3,
+        "scaled_mm" | "batch_norm" => 4,
+        "rms_norm"
+        | "take"
+        | "mse_loss"
+        | "conv2d"
+        | "conv3d"
+        | "heaviside"
+        | "interpolate"
+        | "special.laguerre_polynomial_l"
+        | "solve_triangular"
+        | "lstsq"
+        | "lu_solve" => 2,
+        op if op.starts_with("lt/le/gt/ge/eq on uint32") => 2,
+        _ => 1,
+    }
+}
+
 /// Computes one case, or `None` when kiln does not have the op yet.
 fn compute(c: &Case, ins: &[Tensor], device: Device) -> Option<Result<Computed>> {
     let dim = c.args.get("dim").and_then(|v| v.as_i64()).unwrap_or(-1) as isize;
@@ -265,6 +288,10 @@ pub fn run(dir: &Path, device: Device) -> Result<Vec<CaseResult>> {
 }
 
 fn run_case(c: &Case, file: &SafetensorsFile, device: Device) -> Outcome {
+    let needed = inputs_needed(&c.op);
+    if c.n_in < needed {
+        return Outcome::Fail(format!("n_in is {} but {} reads {needed} inputs", c.n_in, c.op));
+    }
     let load = |kind: &str, n: usize, dev: Device| -> Result<Vec<Tensor>> {
         (0..n).map(|i| file.load(&format!("{}/{kind}{i}", c.case), dev)).collect()
     };
@@ -360,6 +387,43 @@ mod tests {
 
     /// Issue "Foundation I": every case of an op kiln has passes on the CPU, and the
     /// named ones exist and pass.
+    /// Issue 37: a case short of inputs, or with impossible sizes, is a FAIL naming it.
+    #[test]
+    fn bad_cases_fail_without_panicking() {
+        let dir = default_dir();
+        let file = SafetensorsFile::open(dir.join("ops.safetensors")).unwrap();
+        let case = |op: &str, name: &str, n_in: usize, args: serde_json::Value| Case {
+            case: name.into(),
+            op: op.into(),
+            args,
+            n_in,
+            n_out: 1,
+        };
+        for (c, want) in [
+            (case("rms_norm", "rms_norm", 1, serde_json::json!({})), "reads 2 inputs"),
+            (case("scaled_mm", "scaled_mm_rowwise", 2, serde_json::json!({})), "reads 4 inputs"),
+            (
+                case("pad", "pad_constant", 1, serde_json::json!({"pad": [1, i64::MAX], "mode": "constant"})),
+                "overflows",
+            ),
+            (
+                case(
+                    "logspace",
+                    "logspace",
+                    0,
+                    serde_json::json!({"start": 0, "end": 1, "steps": 1e18, "base": 10}),
+                ),
+                "cannot allocate",
+            ),
+            (case("bincount", "bincount", 1, serde_json::json!({"minlength": 1u64 << 62})), "overflows"),
+        ] {
+            match run_case(&c, &file, Device::Cpu) {
+                Outcome::Fail(msg) => assert!(msg.contains(want), "{}: {msg}", c.case),
+                other => panic!("{}: {other:?}", c.case),
+            }
+        }
+    }
+
     #[test]
     fn cpu_fixtures_pass() {
         let results = run(&default_dir(), Device::Cpu).unwrap();

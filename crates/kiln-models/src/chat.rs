@@ -1,6 +1,9 @@
 //! The chat template of a model folder (`chat_template.jinja`, or `chat_template` in
 //! `tokenizer_config.json`), rendered with minijinja the way transformers renders it
-//! (trim_blocks, lstrip_blocks, Python string methods, `raise_exception`).
+//! (trim_blocks, lstrip_blocks, Python string methods, `raise_exception`). A template is
+//! code from the model folder: it runs on a budget of work ([`FUEL`], minijinja's fuel;
+//! recursion is bounded by minijinja itself) and of output ([`MAX_OUTPUT`]), so a hostile
+//! one ends in an error instead of running forever or filling memory.
 
 use kiln::{Error, Result};
 use minijinja::syntax::SyntaxConfig;
@@ -8,6 +11,28 @@ use minijinja::{context, Environment, ErrorKind};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
+
+/// Instructions a render may run: chat templates need thousands, this allows millions.
+pub const FUEL: u64 = 5_000_000;
+/// Bytes a render may write.
+pub const MAX_OUTPUT: usize = 16 << 20;
+
+/// The rendered text, refusing to grow past [`MAX_OUTPUT`].
+struct BoundedOutput(Vec<u8>);
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_OUTPUT {
+            return Err(std::io::Error::other(format!("the rendered prompt would pass {MAX_OUTPUT} bytes")));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 pub struct ChatTemplate {
     source: String,
@@ -67,6 +92,7 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_syntax(SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(err)?);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_fuel(Some(FUEL));
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
         });
@@ -79,13 +105,15 @@ impl ChatTemplate {
                 minijinja::Value::from_object(BTreeMap::from([r, c]))
             })
             .collect();
-        tmpl.render(context! {
+        let ctx = context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
-        })
-        .map_err(err)
+        };
+        let mut out = BoundedOutput(Vec::new());
+        tmpl.render_captured_to(ctx, &mut out).map_err(err)?;
+        String::from_utf8(out.0).map_err(|e| Error::invalid("chat template", e.to_string()))
     }
 }
 
@@ -104,6 +132,21 @@ mod tests {
         assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
         let bad = ChatTemplate::from_source("{{ raise_exception('no system role') }}", "", "");
         assert!(bad.render(&[], true).unwrap_err().to_string().contains("no system role"));
+    }
+
+    #[test]
+    fn hostile_templates_stop_with_an_error() {
+        for (source, want) in [
+            ("{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}", "fuel"),
+            ("{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "bytes"),
+            ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion"),
+        ] {
+            let t = ChatTemplate::from_source(source, "", "");
+            let started = std::time::Instant::now();
+            let e = t.render(&[("user", "hi")], true).unwrap_err().to_string();
+            assert!(e.contains(want), "{source}: {e}");
+            assert!(started.elapsed().as_secs() < 10, "{source}: {:?}", started.elapsed());
+        }
     }
 
     #[test]

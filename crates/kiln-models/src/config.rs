@@ -387,7 +387,10 @@ impl Config {
                 norm_topk_prob: qwen35 || raw.norm_topk_prob.unwrap_or(lfm2),
                 decoder_sparse_step: if lfm2 { 1 } else { raw.decoder_sparse_step.unwrap_or(1) },
                 mlp_only_layers: if lfm2 {
-                    (0..raw.num_dense_layers.unwrap_or(2)).collect()
+                    // Bounded by `layer_types` (one per layer, checked below) so a huge count
+                    // cannot allocate before the checkpoint is read.
+                    let layers = raw.layer_types.as_ref().map_or(0, Vec::len).min(num_layers);
+                    (0..raw.num_dense_layers.unwrap_or(2).min(layers)).collect()
                 } else {
                     raw.mlp_only_layers
                 },
@@ -492,7 +495,10 @@ impl Config {
 
     /// Checks that the sizes fit together.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        let dense_mlp = (0..self.num_layers).any(|i| !self.is_moe_layer(i));
+        // Without walking the layers (their count is not yet confirmed by a checkpoint).
+        let dense_mlp = self.moe.as_ref().is_none_or(|m| {
+            m.decoder_sparse_step != 1 || m.mlp_only_layers.iter().any(|&i| i < self.num_layers)
+        });
         let positive = [
             ("hidden_size", self.hidden_size),
             ("intermediate_size", if dense_mlp { self.intermediate_size } else { 1 }),

@@ -5,6 +5,7 @@
 pub mod causal_conv;
 pub mod chat;
 pub mod config;
+pub mod config_check;
 pub mod gated_delta;
 pub mod generate;
 pub mod golden;

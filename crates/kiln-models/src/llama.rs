@@ -71,6 +71,7 @@ impl Model {
     pub fn load_quantized(dir: &Path, device: Device, dtype: DType, quantize: Quantize) -> Result<Model> {
         let config = Config::load(dir)?;
         let mut src = CheckpointSource::open(dir, device, dtype)?.with_quantize(quantize);
+        src.confirm(|ck| crate::config_check::check_model(&config, ck))?;
         let model = Self::build(config, &mut src);
         // Report bad tensors first: a build error is often their consequence.
         src.finish()?;

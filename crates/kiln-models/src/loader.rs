@@ -144,8 +144,15 @@ impl CheckpointSource {
         self.modules_to_not_convert.iter().any(|m| !m.is_empty() && prefix.contains(m.as_str()))
     }
 
+    /// Runs `check` (a [`crate::config_check`] function) on the checkpoint before anything
+    /// is built: what it finds wrong is an error on the folder's `config.json`.
+    pub fn confirm(&self, check: impl FnOnce(&Checkpoint) -> std::result::Result<(), String>) -> Result<()> {
+        check(&self.ck)
+            .map_err(|msg| Error::File { path: self.dir.join("config.json").display().to_string(), msg })
+    }
+
     /// Ok when every requested tensor was present with the expected shape; else one
-    /// error listing all that were not.
+    /// error listing them (the first [`crate::config_check::MAX_LISTED`] and a count).
     pub fn finish(self) -> Result<()> {
         self.bar.finish_and_clear();
         if self.problems.is_empty() {
@@ -156,7 +163,7 @@ impl CheckpointSource {
             msg: format!(
                 "{} bad tensor(s):\n  {}{}",
                 self.problems.len(),
-                self.problems.join("\n  "),
+                crate::config_check::list(&self.problems),
                 match &self.quant_method {
                     Some(m) if m != "fp8" => format!(
                         "\n(config.json's quantization_config has quant_method {m:?}; kiln loads dense and fp8 checkpoints)"

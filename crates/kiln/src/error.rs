@@ -30,8 +30,29 @@ pub enum Error {
     CudaUnavailable(String),
     #[error("CUDA error: {0}")]
     Cuda(String),
+    /// The device could not give `requested` bytes, even after the pool released its free
+    /// blocks; the three memory levels at that moment say whose memory it is.
+    #[error(
+        "cuda:{ordinal}: out of memory allocating {requested} B (live {live} B, pool {reserved} B, driver {driver_used} of {driver_total} B used)"
+    )]
+    CudaOutOfMemory {
+        ordinal: usize,
+        requested: usize,
+        live: u64,
+        reserved: u64,
+        driver_used: usize,
+        driver_total: usize,
+    },
+    /// A kernel launch the driver refused (bad configuration, too many resources, …);
+    /// `site` is the launcher's module and line.
+    #[error("kernel launch at {site} failed: {msg}")]
+    KernelLaunch { site: &'static str, msg: String },
     #[error("kernel {name} failed to compile:\n{log}")]
     KernelCompile { name: String, log: String },
+    #[error("{op}: the byte size of shape {shape:?} overflows")]
+    SizeOverflow { op: &'static str, shape: Vec<usize> },
+    #[error("{op}: cannot allocate {bytes} B of host memory")]
+    HostOutOfMemory { op: &'static str, bytes: usize },
     #[error("{op} is not implemented on {device} for {dtype}")]
     NotImplemented { op: &'static str, device: Device, dtype: DType },
 }

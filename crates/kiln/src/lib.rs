@@ -1,6 +1,7 @@
 //! kiln: a tensor runtime with PyTorch semantics, a CPU reference backend and a CUDA
 //! backend of dedicated kernels.
 
+pub mod alloc_check;
 pub mod convert;
 pub mod cpu;
 pub mod cuda;

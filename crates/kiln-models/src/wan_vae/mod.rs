@@ -40,6 +40,7 @@ impl WanVae {
     pub fn load(dir: &Path, device: Device, dtype: DType) -> Result<WanVae> {
         let config = VaeConfig::load(dir)?;
         let mut src = CheckpointSource::open_named(dir, "diffusion_pytorch_model", device, dtype)?;
+        src.confirm(|ck| crate::config_check::check_vae(&config, ck))?;
         let vae = Self::build(&mut src, config)?;
         src.finish()?;
         Ok(vae)

@@ -181,15 +181,17 @@ impl Pool {
                     other => other,
                 }
                 .map_err(|e| {
-                    if is_oom(&e) {
-                        Error::Cuda(format!(
-                            "out of memory on cuda:{} allocating {bytes} bytes ({} live, {} reserved by kiln)",
-                            self.ctx.ordinal(),
-                            st.stats.live_bytes,
-                            st.stats.reserved_bytes
-                        ))
-                    } else {
-                        Error::from(e)
+                    if !is_oom(&e) {
+                        return Error::from(e);
+                    }
+                    let (free, total) = driver_mem_info(&self.ctx).unwrap_or((0, 0));
+                    Error::CudaOutOfMemory {
+                        ordinal: self.ctx.ordinal(),
+                        requested: bytes,
+                        live: st.stats.live_bytes,
+                        reserved: st.stats.reserved_bytes,
+                        driver_used: total - free,
+                        driver_total: total,
                     }
                 })?;
                 st.stats.driver_alloc_count += 1;

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use cudarc::driver::sys::{
     self, CUfunction_attribute as FuncAttr, CUlaunchAttribute, CUlaunchAttributeID as Id, CUlaunchConfig,
 };
-use cudarc::driver::{CudaFunction, DriverError, LaunchConfig};
+use cudarc::driver::{CudaFunction, LaunchConfig};
 
 use super::{CudaDevice, Stream};
 use crate::settings;
@@ -45,14 +45,17 @@ pub(crate) use kernel_args;
 /// # Safety
 /// As any kernel launch: `args` point at values of the kernel's parameter types, in order,
 /// and the kernel stays inside the memory they describe; `how` holds for the kernel (see
-/// [`Launch`]).
+/// [`Launch`]). A launch the driver refuses is [`crate::Error::KernelLaunch`] naming the
+/// caller's file.
+#[track_caller]
 pub(crate) unsafe fn launch(
     stream: &Stream,
     f: &CudaFunction,
     cfg: LaunchConfig,
     how: Launch,
     args: &mut [*mut c_void],
-) -> Result<(), DriverError> {
+) -> crate::Result<()> {
+    let site = std::panic::Location::caller().file();
     let raw = stream.raw();
     raw.context().bind_to_thread()?;
     let mut attrs: Vec<CUlaunchAttribute> = Vec::with_capacity(3);
@@ -105,4 +108,5 @@ pub(crate) unsafe fn launch(
     // SAFETY: the caller vouches for the arguments; `config` and `attrs` outlive the call.
     unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
         .result()
+        .map_err(|e| crate::Error::KernelLaunch { site, msg: e.to_string() })
 }

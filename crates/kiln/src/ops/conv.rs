@@ -64,8 +64,11 @@ impl Tensor {
         let ks = &weight.shape()[2..];
         let out: Vec<usize> = (0..d)
             .map(|i| {
-                let span = dil[i] * (ks[i] - 1) + 1;
-                let room = self.shape()[2 + i] + 2 * pad[i];
+                let span = dil[i].checked_mul(ks[i] - 1).and_then(|s| s.checked_add(1));
+                let room = pad[i].checked_mul(2).and_then(|p| p.checked_add(self.shape()[2 + i]));
+                let (Some(span), Some(room)) = (span, room.filter(|&r| r <= isize::MAX as usize)) else {
+                    return Err(Error::invalid(OP, format!("padding {pad:?} or dilation {dil:?} overflows")));
+                };
                 (room >= span).then(|| (room - span) / stride[i] + 1).ok_or_else(|| {
                     Error::invalid(
                         OP,
@@ -93,6 +96,13 @@ impl Tensor {
                 Ok(v)
             })
             .collect::<Result<Vec<_>>>()?;
+        // The stacked taps (im2col) are the largest buffer: check it can exist.
+        crate::alloc_check::check_output(
+            OP,
+            &[&[n, c, taps][..], &out[..]].concat(),
+            self.dtype(),
+            self.device(),
+        )?;
         let l: usize = out.iter().product();
         let cols = Tensor::stack(&views, 2)?.reshape(&[n, g, c / g * taps, l])?;
         let w = weight.reshape(&[g, o / g, c / g * taps])?;

@@ -45,6 +45,7 @@ fn check_creatable(op: &'static str, dtype: DType) -> Result<()> {
 impl Tensor {
     /// A tensor of `shape` filled with `value` (converted to `dtype` as PyTorch would).
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        crate::alloc_check::check_output("full", shape, dtype, device)?;
         let n = crate::layout::numel(shape);
         let storage = match device {
             Device::Cpu => {
@@ -120,6 +121,7 @@ impl Tensor {
     }
 
     fn from_f64_fn(n: usize, dtype: DType, device: Device, f: impl Fn(usize) -> f64) -> Result<Tensor> {
+        crate::alloc_check::check_output("range", &[n], dtype, Device::Cpu)?;
         let buf = crate::with_dtype!(
             dtype,
             T,
@@ -140,6 +142,7 @@ impl Tensor {
         if !dtype.is_float() {
             return Err(Error::DTypeNotSupported { op: "rand", got: dtype, expected: "a floating dtype" });
         }
+        crate::alloc_check::check_output("rand", shape, dtype, device)?;
         let n = crate::layout::numel(shape);
         let storage = match device {
             Device::Cpu => {

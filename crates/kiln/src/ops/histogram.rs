@@ -23,7 +23,7 @@ impl Tensor {
             if lo < 0 {
                 return Err(Error::invalid("bincount", format!("input holds a negative value ({lo})")));
             }
-            (hi as usize + 1).max(minlength)
+            (hi as usize).saturating_add(1).max(minlength)
         };
         x.bincount_bounded(weights, nbins)
     }
@@ -39,6 +39,7 @@ impl Tensor {
             None => None,
         };
         let out_dt = w.as_ref().map_or(DType::I64, |w| w.dtype);
+        crate::alloc_check::check_output("bincount", &[nbins], out_dt, self.device)?;
         let wg = w.as_ref().map(|w| (w.read(), w.dtype));
         let n = x.numel();
         let storage = match (&*x.read(), wg.as_ref().map(|(g, dt)| (&**g, *dt))) {

@@ -177,6 +177,8 @@ fn plan(
                     return Err(Error::invalid(OP, format!("scale factor {} is not positive", v[at])))
                 }
             };
+            // The taps are a vector per output position: check it can exist before making it.
+            crate::alloc_check::host_can_allocate(OP, n_out.saturating_mul(std::mem::size_of::<Taps>()))?;
             if n_in == 0 || n_out == 0 {
                 return Err(Error::invalid(
                     OP,

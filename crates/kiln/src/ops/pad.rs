@@ -42,13 +42,17 @@ impl Tensor {
         for &(d, b, a) in &dims {
             let n = self.shape()[d] as isize;
             let why = match mode {
-                PadMode::Constant(_) if (-b).max(0) + (-a).max(0) > n => {
+                PadMode::Constant(_)
+                    if b.saturating_neg().max(0).saturating_add(a.saturating_neg().max(0)) > n =>
+                {
                     Some("crops more than the dim holds")
                 }
                 PadMode::Constant(_) => None,
                 _ if b < 0 || a < 0 => Some("is negative (only constant padding crops)"),
                 PadMode::Reflect if b >= n || a >= n => Some("is not below the dim's size (reflect)"),
-                PadMode::Replicate if n == 0 && b + a > 0 => Some("pads an empty dim (replicate)"),
+                PadMode::Replicate if n == 0 && b.saturating_add(a) > 0 => {
+                    Some("pads an empty dim (replicate)")
+                }
                 PadMode::Circular if b > n || a > n => Some("exceeds the dim's size (circular)"),
                 _ => None,
             };
@@ -59,6 +63,14 @@ impl Tensor {
                 ));
             }
         }
+        let mut shape = self.shape().to_vec();
+        for &(d, b, a) in &dims {
+            let n = (shape[d] as isize).checked_add(b).and_then(|n| n.checked_add(a));
+            shape[d] = n.and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+                Error::invalid(OP, format!("padding ({b}, {a}) of dim {d} (size {}) overflows", shape[d]))
+            })?;
+        }
+        crate::alloc_check::check_output(OP, &shape, self.dtype(), self.device())?;
         match mode {
             PadMode::Constant(value) => self.pad_constant(&dims, value),
             _ => dims.iter().try_fold(self.clone(), |x, &(d, b, a)| x.pad_gather(d, b, a, mode)),

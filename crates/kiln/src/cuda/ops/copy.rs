@@ -87,7 +87,7 @@ pub fn fill(device: Device, n: usize, dtype: DType, value: f64) -> Result<Device
     };
     b.arg(&n64);
     // SAFETY: fill_bN writes n elements of the matching size into `out`.
-    unsafe { b.launch(grid(&dev, n))? };
+    unsafe { b.launch(grid(&dev, n)).map_err(launch_error!())? };
     Ok(out)
 }
 

@@ -56,7 +56,7 @@ pub fn bincount(
         if bar.is_some() {
             b.launch_cooperative(cfg(blocks, 512))?;
         } else {
-            b.launch(cfg(blocks, 512))?;
+            b.launch(cfg(blocks, 512)).map_err(launch_error!())?;
         }
     }
     Ok(out)

@@ -4,9 +4,21 @@
 /// Launches kernel `f` on `stream` (a `Stream`) with launch config `cfg` and the
 /// arguments in order (each passed by reference, as cudarc wants). Unsafe as the launch
 /// is: call it inside `unsafe` with a SAFETY note on what the kernel reads and writes.
+/// A refused launch is [`crate::Error::KernelLaunch`] naming this call's module and line.
 macro_rules! launch {
     ($stream:expr, $f:expr, $cfg:expr; $($arg:expr),* $(,)?) => {
-        $stream.raw().launch_builder(&$f)$(.arg(&$arg))*.launch($cfg)
+        $stream.raw().launch_builder(&$f)$(.arg(&$arg))*.launch($cfg).map_err(launch_error!())
+    };
+}
+
+/// The `map_err` of a launch: the driver's error as [`crate::Error::KernelLaunch`] at the
+/// module and line where it is written.
+macro_rules! launch_error {
+    () => {
+        |e: cudarc::driver::DriverError| $crate::Error::KernelLaunch {
+            site: concat!(module_path!(), ":", line!()),
+            msg: e.to_string(),
+        }
     };
 }
 

@@ -367,7 +367,7 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
                     if bpr > 1 && phase == 2 {
                         b.launch_cooperative(cfg(blocks, SPLIT_THREADS))?;
                     } else {
-                        b.launch(cfg(blocks, SPLIT_THREADS))?;
+                        b.launch(cfg(blocks, SPLIT_THREADS)).map_err(launch_error!())?;
                     }
                 }
             }
