@@ -24,7 +24,7 @@ impl Device {
         match s {
             "cpu" => Ok(Device::Cpu),
             "auto" => Ok(Device::best()),
-            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            "cuda" => Ok(Device::Cuda(0)),
             _ => match s.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
                 Some(i) => Ok(Device::Cuda(i)),
                 None => Err(crate::Error::invalid(
@@ -45,6 +45,24 @@ impl std::fmt::Display for Device {
         match self {
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the documented names parse; anything else (a bare "gpu" included) is an
+    /// unknown device, not a request for CUDA that later fails as "not available".
+    #[test]
+    fn parses_known_names_only() {
+        assert_eq!(Device::parse("cpu").unwrap(), Device::Cpu);
+        assert_eq!(Device::parse("cuda").unwrap(), Device::Cuda(0));
+        assert_eq!(Device::parse("cuda:1").unwrap(), Device::Cuda(1));
+        for bad in ["gpu", "cuda:x", "metal", ""] {
+            let e = Device::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("unknown device"), "{bad}: {e}");
         }
     }
 }
