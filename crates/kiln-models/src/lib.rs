@@ -7,6 +7,7 @@ pub mod chat;
 pub mod config;
 pub mod gated_delta;
 pub mod generate;
+pub mod gguf;
 pub mod golden;
 pub mod kv_cache;
 pub mod layers;

@@ -21,6 +21,14 @@ impl Tokenizer {
         Ok(Tokenizer { inner, path })
     }
 
+    /// A tokenizer from `tokenizer.json` text (a GGUF file's, converted); `path` names
+    /// where it came from in errors.
+    pub fn from_json(json: &str, path: &Path) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_bytes(json.as_bytes())
+            .map_err(|e| Error::File { path: path.display().to_string(), msg: e.to_string() })?;
+        Ok(Tokenizer { inner, path: path.to_path_buf() })
+    }
+
     fn err(&self, e: tokenizers::Error) -> Error {
         Error::File { path: self.path.display().to_string(), msg: e.to_string() }
     }
