@@ -154,9 +154,8 @@ impl CheckpointSource {
         Err(Error::File {
             path: self.dir.display().to_string(),
             msg: format!(
-                "{} bad tensor(s):\n  {}{}",
-                self.problems.len(),
-                self.problems.join("\n  "),
+                "{}{}",
+                bad_tensors(&self.problems),
                 match &self.quant_method {
                     Some(m) if m != "fp8" => format!(
                         "\n(config.json's quantization_config has quant_method {m:?}; kiln loads dense and fp8 checkpoints)"
@@ -170,6 +169,18 @@ impl CheckpointSource {
     fn placeholder(&self, shape: &[usize]) -> Result<Tensor> {
         Tensor::zeros(&[], self.dtype, self.device)?.expand(shape)
     }
+}
+
+/// "N bad tensor(s):" and the first few problems, one a line, then how many more: a
+/// checkpoint of the wrong family can have hundreds.
+pub(crate) fn bad_tensors(problems: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let more = match problems.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!("\n  … and {n} more"),
+    };
+    let first = &problems[..problems.len().min(SHOWN)];
+    format!("{} bad tensor(s):\n  {}{more}", problems.len(), first.join("\n  "))
 }
 
 /// `quantization_config` of `dir/config.json`, or null (no file, no such key).
@@ -320,5 +331,19 @@ impl WeightSource for RandomSource {
 
     fn quantize(&self) -> Quantize {
         self.quantize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bad_tensors_lists_the_first_few_and_a_count() {
+        let problems: Vec<String> = (0..272).map(|i| format!("t{i}: missing")).collect();
+        let msg = super::bad_tensors(&problems);
+        assert!(msg.starts_with("272 bad tensor(s):\n  t0: missing\n"), "{msg}");
+        assert!(msg.contains("t7: missing") && !msg.contains("t8: missing"), "{msg}");
+        assert!(msg.ends_with("… and 264 more"), "{msg}");
+        assert_eq!(msg.lines().count(), 10);
+        assert_eq!(super::bad_tensors(&problems[..2]), "2 bad tensor(s):\n  t0: missing\n  t1: missing");
     }
 }
