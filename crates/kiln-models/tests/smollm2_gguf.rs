@@ -105,11 +105,8 @@ fn model_file() -> Result<PathBuf, String> {
 }
 
 fn greedy(model: &kiln_models::Model, prompt: &[u32], n: usize, eos: &[u32]) -> Vec<u32> {
-    let opts = GenerateOptions {
-        max_tokens: n,
-        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
-        eos_token_ids: eos.to_vec(),
-    };
+    let opts =
+        GenerateOptions { max_tokens: n, sampling: SamplingParams::greedy(), eos_token_ids: eos.to_vec() };
     kiln_models::generate(model, prompt, &opts, |_| Ok(())).unwrap().tokens
 }
 
