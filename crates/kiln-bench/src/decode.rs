@@ -298,7 +298,12 @@ fn prompt_pass(model: &Model, cache: &mut KvCache, device: Device, len: usize) -
 }
 
 /// One token: forward over the cache, LM head, greedy pick, 8-byte read.
-fn decode_step(model: &Model, cache: &mut KvCache, sampler: &mut Sampler, token: &mut Tensor) -> Result<()> {
+pub(crate) fn decode_step(
+    model: &Model,
+    cache: &mut KvCache,
+    sampler: &mut Sampler,
+    token: &mut Tensor,
+) -> Result<()> {
     let hidden = model.forward(&token.reshape(&[1, 1])?, cache)?;
     *token = sampler.sample(&model.logits(&hidden)?)?;
     token.to_vec::<i64>().map(drop)

@@ -66,6 +66,7 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "fp8" => crate::fp8::run(opts.peer),
         "grouped" => crate::grouped::run(opts.peer),
         "linalg" => crate::linalg::run(opts.peer),
+        "decode" if device == Device::Cpu => crate::cpu_decode::run(opts.preset),
         "decode" => crate::decode::run(opts.preset),
         "memory" => crate::decode::memory(opts.preset),
         "vae" => crate::vae::run(device),

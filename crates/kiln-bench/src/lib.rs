@@ -2,6 +2,7 @@
 //! helpers shared by the suites.
 
 pub mod cpu;
+pub mod cpu_decode;
 pub mod decode;
 pub mod fixtures;
 pub mod fp8;
@@ -10,6 +11,7 @@ pub mod harness;
 pub mod linalg;
 pub mod linalg_fixtures;
 pub mod linear;
+pub mod membw;
 pub mod peaks;
 pub mod peer;
 pub mod plot;

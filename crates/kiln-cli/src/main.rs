@@ -42,7 +42,9 @@ enum Cmd {
         #[arg(long, default_value = "auto")]
         device: String,
         /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, lfm2-8b-a1b or all
-        /// (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear weights).
+        /// (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear weights). With
+        /// --device cpu: qwen3-0.6b or llama-3.2-1b in f32, beside the measured memory
+        /// bandwidth (any other name runs both).
         #[arg(long, default_value = "llama-3.1-8b")]
         preset: String,
         /// Linear weights of the decode and memory suites' models: none (bf16) or fp8
@@ -241,7 +243,9 @@ fn bench(
 
 #[derive(clap::Args)]
 struct GenerateArgs {
-    /// Model folder: config.json, *.safetensors, tokenizer.json.
+    /// Model folder (config.json, *.safetensors, tokenizer.json), or a llama.cpp GGUF
+    /// file (llama, qwen3, qwen3moe; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K
+    /// tensors, dequantised to --dtype on load), or a folder holding one GGUF file.
     #[arg(long)]
     model: PathBuf,
     #[arg(long)]
@@ -254,9 +258,11 @@ struct GenerateArgs {
     /// cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "auto")]
     device: String,
-    /// Weights as bf16 or f32 (converted on load); also the activations' dtype.
-    #[arg(long, default_value = "bf16")]
-    dtype: String,
+    /// Weights as bf16 or f32 (converted on load); also the activations' dtype. Default:
+    /// f32 on the CPU (its fast paths compute in f32, so bf16 only halves the weight
+    /// bytes), bf16 on a GPU.
+    #[arg(long)]
+    dtype: Option<String>,
     /// none, or fp8: quantise each linear weight (attention, MLP, experts) on load to FP8
     /// with per-output-channel scales, about half the memory. FP8 checkpoints (weights
     /// stored as float8_e4m3fn with weight_scale / weight_scale_inv) load as FP8 anyway.
@@ -280,21 +286,42 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
     use std::io::Write;
     let device = Device::parse(&a.device)?;
-    let dtype = parse_dtype("generate", &a.dtype)?;
+    let default_dtype = if device.is_cuda() { "bf16" } else { "f32" };
+    let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype))?;
+    if a.prompt.is_empty() {
+        return Err(kiln::Error::invalid("generate", "--prompt is empty"));
+    }
+    if !a.model.exists() {
+        return Err(kiln::Error::File {
+            path: a.model.display().to_string(),
+            msg: "no such model folder or file".into(),
+        });
+    }
     let quantize = kiln_models::Quantize::parse(&a.quantize).map_err(|_| {
         kiln::Error::invalid(
             "generate",
             format!("--quantize {:?} ({})", a.quantize, kiln_models::Quantize::VALUES),
         )
     })?;
-    let tok = Tokenizer::load(&a.model)?;
+    let gguf =
+        kiln_models::gguf::find(&a.model)?.map(|p| kiln_models::gguf::GgufModel::open(&p)).transpose()?;
+    let tok = match &gguf {
+        Some(g) => g.tokenizer()?,
+        None => Tokenizer::load(&a.model)?,
+    };
     let prompt = if a.chat {
-        let text = ChatTemplate::load(&a.model)?.render(&[("user", &a.prompt)], true)?;
-        tok.encode(&text, false)?
+        let template = match &gguf {
+            Some(g) => g.chat_template()?,
+            None => ChatTemplate::load(&a.model)?,
+        };
+        tok.encode(&template.render(&[("user", &a.prompt)], true)?, false)?
     } else {
         tok.encode(&a.prompt, true)?
     };
-    let model = Model::load_quantized(&a.model, device, dtype, quantize)?;
+    let model = match &gguf {
+        Some(g) => g.load(device, dtype, quantize)?,
+        None => Model::load_quantized(&a.model, device, dtype, quantize)?,
+    };
     let w = model.weight_stats();
     let size = |b: usize| match b {
         b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
@@ -308,7 +335,10 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         size(w.linear),
         size(w.fp8)
     );
-    let gcfg = GenerationConfig::load(&a.model, &model.config)?;
+    let gcfg = match &gguf {
+        Some(g) => g.generation_config(),
+        None => GenerationConfig::load(&a.model, &model.config)?,
+    };
     let sampling = kiln_models::SamplingParams {
         temperature: a.temperature.unwrap_or(if gcfg.do_sample {
             gcfg.temperature.unwrap_or(1.0)
@@ -333,6 +363,9 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
             .map_err(|e| kiln::Error::Io { path: "stdout".into(), source: e })
     })?;
     println!();
+    if stats.tokens.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!(
         "{}{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s",
         dtype,

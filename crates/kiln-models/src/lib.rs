@@ -8,6 +8,7 @@ pub mod config;
 pub mod config_check;
 pub mod gated_delta;
 pub mod generate;
+pub mod gguf;
 pub mod golden;
 pub mod kv_cache;
 pub mod layers;

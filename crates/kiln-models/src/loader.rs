@@ -161,9 +161,8 @@ impl CheckpointSource {
         Err(Error::File {
             path: self.dir.display().to_string(),
             msg: format!(
-                "{} bad tensor(s):\n  {}{}",
-                self.problems.len(),
-                crate::config_check::list(&self.problems),
+                "{}{}",
+                bad_tensors(&self.problems),
                 match &self.quant_method {
                     Some(m) if m != "fp8" => format!(
                         "\n(config.json's quantization_config has quant_method {m:?}; kiln loads dense and fp8 checkpoints)"
@@ -177,6 +176,12 @@ impl CheckpointSource {
     fn placeholder(&self, shape: &[usize]) -> Result<Tensor> {
         Tensor::zeros(&[], self.dtype, self.device)?.expand(shape)
     }
+}
+
+/// "N bad tensor(s):" and the first ten problems, one a line, then how many more: a
+/// checkpoint of the wrong family can have hundreds.
+pub(crate) fn bad_tensors(problems: &[String]) -> String {
+    format!("{} bad tensor(s):\n  {}", problems.len(), crate::config_check::list(problems))
 }
 
 /// `quantization_config` of `dir/config.json`, or null (no file, no such key).
@@ -327,5 +332,19 @@ impl WeightSource for RandomSource {
 
     fn quantize(&self) -> Quantize {
         self.quantize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bad_tensors_lists_the_first_few_and_a_count() {
+        let problems: Vec<String> = (0..272).map(|i| format!("t{i}: missing")).collect();
+        let msg = super::bad_tensors(&problems);
+        assert!(msg.starts_with("272 bad tensor(s):\n  t0: missing\n"), "{msg}");
+        assert!(msg.contains("t9: missing") && !msg.contains("t10: missing"), "{msg}");
+        assert!(msg.ends_with("… and 262 more"), "{msg}");
+        assert_eq!(msg.lines().count(), 12);
+        assert_eq!(super::bad_tensors(&problems[..2]), "2 bad tensor(s):\n  t0: missing\n  t1: missing");
     }
 }

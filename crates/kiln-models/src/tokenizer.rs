@@ -21,10 +21,16 @@ impl Tokenizer {
         if !path.exists() {
             return Err(Error::File { path: path.display().to_string(), msg: "not found".into() });
         }
-        let file_err = |msg: String| Error::File { path: path.display().to_string(), msg };
         let text = std::fs::read_to_string(&path)
             .map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
-        let json: Value = serde_json::from_str(&text).map_err(|e| file_err(e.to_string()))?;
+        Self::from_json(&text, &path)
+    }
+
+    /// A tokenizer from `tokenizer.json` text (a file's, or a GGUF file's vocabulary
+    /// converted); `path` names where it came from in errors.
+    pub fn from_json(text: &str, path: &Path) -> Result<Self> {
+        let file_err = |msg: String| Error::File { path: path.display().to_string(), msg };
+        let json: Value = serde_json::from_str(text).map_err(|e| file_err(e.to_string()))?;
         let mut inner = contained(|| text.parse::<tokenizers::Tokenizer>())
             .and_then(|r| r.map_err(|e| e.to_string()))
             .map_err(file_err)?;
@@ -32,7 +38,7 @@ impl Tokenizer {
         check_post_processor(json.get("post_processor").unwrap_or(&Value::Null), vocab).map_err(file_err)?;
         // kiln encodes one sequence at a time: padding would only append pad tokens.
         inner.with_padding(None);
-        let tok = Tokenizer { inner, path };
+        let tok = Tokenizer { inner, path: path.to_path_buf() };
         // A post-processor or normaliser that fails on any text fails here, not mid-run.
         tok.encode("a", true)?;
         Ok(tok)

@@ -24,7 +24,7 @@ impl Device {
         match s {
             "cpu" => Ok(Device::Cpu),
             "auto" => Ok(Device::best()),
-            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            "cuda" => Ok(Device::Cuda(0)),
             _ => match s.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
                 Some(i) => Ok(Device::Cuda(i)),
                 None => Err(crate::Error::invalid(

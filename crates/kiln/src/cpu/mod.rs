@@ -3,6 +3,7 @@
 
 mod buffer;
 pub mod elementwise;
+pub mod gemv;
 pub mod histogram;
 pub mod index;
 pub mod interpolate;

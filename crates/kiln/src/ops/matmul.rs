@@ -78,10 +78,11 @@ impl Tensor {
         }
     }
 
-    /// The CUDA GEMV path of `linear` and `matmul` (`cuda/ops/gemv.rs`): `None` sends the
-    /// call to the general path, which also reports any shape / dtype / device error.
+    /// The GEMV path of `linear` and `matmul` (`cuda/ops/gemv.rs`, `cpu/gemv.rs`): `None`
+    /// sends the call to the general path, which also reports any shape / dtype / device
+    /// error.
     fn gemv(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>> {
-        let (Device::Cuda(_), Some(&k)) = (self.device, self.shape().last()) else { return Ok(None) };
+        let Some(&k) = self.shape().last() else { return Ok(None) };
         let n = weight.shape()[0];
         let same = |t: &Tensor| t.device == self.device && t.dtype == self.dtype;
         let bias_fits = bias.is_none_or(|b| same(b) && b.shape() == [n]);
@@ -89,6 +90,9 @@ impl Tensor {
             return Ok(None);
         }
         let rows = self.numel().checked_div(k).unwrap_or(0);
+        if self.device == Device::Cpu {
+            return self.cpu_gemv(weight, bias, rows);
+        }
         if let Some(why) = crate::cuda::ops::gemv::declines(rows, n, k, &weight.layout, self.dtype) {
             tracing::debug!("linear {rows}x[{n}, {k}] {}: cuBLAS path ({why})", self.dtype);
             return Ok(None);
@@ -183,6 +187,42 @@ impl Tensor {
             start = end as usize;
         }
         Ok(out)
+    }
+}
+
+impl Tensor {
+    /// `cpu/gemv.rs` for up to `MAX_ROWS` rows against a contiguous f32 / bf16 / f16
+    /// weight: the activations and bias are widened to f32, the weight is read as stored,
+    /// and the f32 result rounds once to the dtype (as the GEMM path rounds).
+    fn cpu_gemv(&self, weight: &Tensor, bias: Option<&Tensor>, rows: usize) -> Result<Option<Tensor>> {
+        let dt = self.dtype;
+        let fits = matches!(dt, DType::F32 | DType::BF16 | DType::F16) && weight.layout.is_contiguous();
+        if !fits || rows == 0 || rows > cpu::gemv::MAX_ROWS {
+            return Ok(None);
+        }
+        let (n, k) = (weight.shape()[0], weight.shape()[1]);
+        let x = self.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        let b = bias.map(|b| b.to_dtype(DType::F32)?.to_vec::<f32>()).transpose()?;
+        let guard = weight.read();
+        let Storage::Cpu(wb) = &*guard else { unreachable!("devices checked by the caller") };
+        let off = weight.layout.offset;
+        let y = match dt {
+            DType::BF16 => cpu::gemv::linear(
+                &x,
+                rows,
+                k,
+                &wb.as_slice::<half::bf16>()[off..off + n * k],
+                n,
+                b.as_deref(),
+            ),
+            DType::F16 => {
+                cpu::gemv::linear(&x, rows, k, &wb.as_slice::<half::f16>()[off..off + n * k], n, b.as_deref())
+            }
+            _ => cpu::gemv::linear(&x, rows, k, &wb.as_slice::<f32>()[off..off + n * k], n, b.as_deref()),
+        };
+        let mut shape = self.shape()[..self.rank() - 1].to_vec();
+        shape.push(n);
+        Tensor::from_vec(y, &shape, Device::Cpu)?.to_dtype(dt).map(Some)
     }
 }
 
