@@ -27,15 +27,17 @@ cache, attention by `F.scaled_dot_product_attention(is_causal=True)`, eager, the
 
 Input (spec, JSON on stdin; written by crates/kiln-bench/src/decode.rs):
   {"presets": [{"name": "...", "config": {config.json}}], "contexts": [512, 4096],
-   "steps": 128, "warmup": 3, "prompts": [512, 4096]}
-`TORCH_DECODE_MODES` (comma-separated) limits the modes, e.g. to fit a time budget.
+   "steps": 128, "warmup": 3, "prompts": [512, 4096], "device": "cuda" (default)}
+`TORCH_DECODE_MODES` (comma-separated `mode` or `mode@context`) limits the modes, and
+`TORCH_DECODE_BUDGET_S` stops starting compiled runs after that many seconds (see `run`).
 Output: peer_results([{"preset", "decode": [{"mode", "context", "tokens_per_s",
   "median_ms_per_token", "steps", "compile_s"?}], "prompt": [{"tokens", "median_ms",
-  "tokens_per_s"}], "errors": {what: message}}]).
+  "tokens_per_s", "mode"}], "errors": {what: message}, "skipped": [why]}]).
 """
 
 import math
 import os
+import signal
 import time
 
 import torch
@@ -559,10 +561,10 @@ def decode_mode(model, mode, context, steps, warmup):
 
 def prompt_pass(model, length):
     """Median ms of a forward over `length` tokens from an empty cache (3 after 1)."""
-    tokens = torch.arange(length, device="cuda") % model.s.vocab
+    tokens = torch.arange(length, device=model.token.device) % model.s.vocab
     ms = []
     for i in range(4):
-        torch.cuda.synchronize()
+        model.token.item()  # the device is idle
         t = time.perf_counter()
         model.prompt(tokens).argmax(-1).item()
         if i:
@@ -572,41 +574,93 @@ def prompt_pass(model, length):
     return {"tokens": length, "median_ms": med, "tokens_per_s": length / med * 1e3, "mode": "eager"}
 
 
-def run_preset(preset, contexts, steps, warmup, prompts, modes):
+def guarded(out, what, fn):
+    """fn(), or its error under out["errors"][what]: one failure must not hide the rest."""
+    try:
+        return fn()
+    except Exception as e:
+        out["errors"][what] = f"{type(e).__name__}: {e}"[:500]
+        return None
+
+
+def run_modes(preset, out, jobs, steps, warmup, prompts, device, late):
+    """The (mode, context) jobs and prompt passes of one preset, its weights built once;
+    those not started before `late()` is true are listed under `skipped`."""
     shape = Shape(preset["config"])
-    params = random_params(shape, "cuda")
-    out = {"preset": preset["name"], "decode": [], "prompt": [], "errors": {}}
+    params = random_params(shape, device)
     with torch.inference_mode():
-        for context in contexts:
-            model = Model(shape, params, -(-(context + steps) // 64) * 64, "cuda")
-            for mode in modes:
-                try:
-                    out["decode"].append(decode_mode(model, mode, context, steps, warmup))
-                except Exception as e:  # one mode's failure must not hide the others' figures
-                    out["errors"][f"{mode}@{context}"] = f"{type(e).__name__}: {e}"[:500]
+        for mode, context in jobs:
+            if late():
+                out["skipped"].append(f"{mode}@{context}")
+                continue
+            model = Model(shape, params, -(-(context + steps) // 64) * 64, device)
+            r = guarded(out, f"{mode}@{context}", lambda: decode_mode(model, mode, context, steps, warmup))
+            if r:
+                out["decode"].append(r)
             del model
             torch._dynamo.reset()
             torch.cuda.empty_cache()
         for length in prompts:
-            model = Model(shape, params, length, "cuda")
-            try:
-                out["prompt"].append(prompt_pass(model, length))
-            except Exception as e:
-                out["errors"][f"prompt@{length}"] = f"{type(e).__name__}: {e}"[:500]
+            if late():
+                out["skipped"].append(f"prompt@{length}")
+                continue
+            model = Model(shape, params, length, device)
+            r = guarded(out, f"prompt@{length}", lambda: prompt_pass(model, length))
+            if r:
+                out["prompt"].append(r)
             del model
     del params
     torch.cuda.empty_cache()
-    return out
+
+
+def parse_modes(text, contexts):
+    """`TORCH_DECODE_MODES`: `mode` (every context) or `mode@context`, comma-separated."""
+    jobs = []
+    for item in filter(None, text.split(",")):
+        mode, _, at = item.partition("@")
+        if mode not in MODES or (at and int(at) not in contexts):
+            raise ValueError(f"TORCH_DECODE_MODES: {item!r} is not MODE or MODE@CONTEXT ({', '.join(MODES)}; {contexts})")
+        jobs += [(mode, c) for c in contexts if not at or int(at) == c]
+    return jobs
+
+
+class OutOfTime(Exception):
+    """`TORCH_DECODE_BUDGET_S` ran out during a measurement."""
+
+
+def on_alarm(signum, frame):
+    raise OutOfTime("the time budget ran out")
 
 
 def run(spec):
+    """The cheap modes and prompt passes of every preset first, then the compiled mode,
+    context by context (the smallest first) and preset by preset. With
+    `TORCH_DECODE_BUDGET_S`, a measurement still running that many seconds after the start
+    is stopped (listed under `errors`) and the ones not started are listed under `skipped`,
+    so that the peer ends in time with what it measured."""
     from torch_timing import peer_results
 
-    modes = [m for m in os.environ.get("TORCH_DECODE_MODES", ",".join(MODES)).split(",") if m]
-    for m in modes:
-        if m not in MODES:
-            raise ValueError(f"unknown mode {m!r} in TORCH_DECODE_MODES ({', '.join(MODES)})")
     contexts, steps, warmup = spec.get("contexts", [512, 4096]), spec.get("steps", 128), spec.get("warmup", 3)
-    prompts = spec.get("prompts", [512, 4096])
-    results = [run_preset(p, contexts, steps, warmup, prompts, modes) for p in spec["presets"]]
+    jobs = parse_modes(os.environ.get("TORCH_DECODE_MODES", ",".join(MODES)), contexts)
+    budget = float(os.environ.get("TORCH_DECODE_BUDGET_S", "inf"))
+    if budget != float("inf"):
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(max(1, int(budget)))
+    device = spec.get("device", "cuda")  # "cpu" checks the flow where there is no GPU
+    t0 = time.perf_counter()
+    results = [{"preset": p["name"], "decode": [], "prompt": [], "errors": {}, "skipped": []} for p in spec["presets"]]
+    cheap = [j for j in jobs if j[0] != "compiled"]
+    plan = [(p, out, cheap, spec.get("prompts", [512, 4096])) for p, out in zip(spec["presets"], results)]
+    for context in sorted(contexts):
+        if ("compiled", context) in jobs:
+            plan += [(p, out, [("compiled", context)], ()) for p, out in zip(spec["presets"], results)]
+    def late():
+        return time.perf_counter() - t0 > budget
+
+    for p, out, todo, prompts in plan:
+        if late():
+            out["skipped"] += [f"{m}@{c}" for m, c in todo] + [f"prompt@{n}" for n in prompts]
+            continue
+        guarded(out, "preset", lambda: run_modes(p, out, todo, steps, warmup, prompts, device, late))
+    signal.alarm(0)
     return peer_results(results)

@@ -65,7 +65,7 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "reductions" => crate::reductions::run(opts.peer),
         "fp8" => crate::fp8::run(opts.peer),
         "grouped" => crate::grouped::run(opts.peer),
-        "decode" => crate::decode::run(opts.preset),
+        "decode" => crate::decode::run(opts.preset, opts.peer),
         "memory" => crate::decode::memory(opts.preset),
         "vae" => crate::vae::run(device),
         other => Err(Error::invalid(

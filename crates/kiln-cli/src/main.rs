@@ -37,8 +37,9 @@ enum Cmd {
         /// cpu, cuda, cuda:N or auto.
         #[arg(long, default_value = "auto")]
         device: String,
-        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, lfm2-8b-a1b or all
-        /// (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear weights).
+        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, lfm2-8b-a1b,
+        /// qwen3.6-35b-a3b or all (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear
+        /// weights). The shapes are the config.json files of bench/presets/, built in.
         #[arg(long, default_value = "llama-3.1-8b")]
         preset: String,
         /// Linear weights of the decode and memory suites' models: none (bf16) or fp8
@@ -76,9 +77,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Info => info(),
-        Cmd::Check { fixtures, device } => {
-            check(&fixtures.unwrap_or_else(fixtures::default_dir), &device)
-        }
+        Cmd::Check { fixtures, device } => check(&fixtures.unwrap_or_else(fixtures::default_dir), &device),
         Cmd::Kernels { check } => compile_kernels(&check),
         Cmd::Bench { suite, device, preset, quantize, json, compare, plot, peer } => {
             kiln_models::Quantize::parse(&quantize).and_then(|q| {
