@@ -14,119 +14,41 @@
 //! one forward over a 512-token prompt from an empty cache is timed (`prompt`).
 
 use crate::peaks::{self, gib, Peaks};
+use crate::peer::Want;
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
-use kiln_models::config::{Arch, Config, MixerKind, MoeConfig, RopeScaling, RouterConfig, ShortConvConfig};
+use kiln_models::config::{Config, MixerKind};
 use kiln_models::kv_cache::KvCache;
 use kiln_models::sampling::{Sampler, SamplingParams};
 use kiln_models::{Model, Quantize};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::time::Instant;
 
-pub const PRESETS: [&str; 4] = ["llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "lfm2-8b-a1b"];
+/// The presets: the config.json of each published checkpoint's text model, kept in
+/// `bench/presets/NAME.json` and parsed as `kiln generate` parses a checkpoint's (the
+/// PyTorch peer reads the same files). Where each comes from: `bench/presets/README.md`.
+/// In the order of the goals, which the PyTorch peer's time budget follows.
+pub const PRESETS: [(&str, &str); 5] = [
+    ("llama-3.1-8b", include_str!("../../../bench/presets/llama-3.1-8b.json")),
+    ("qwen3-30b-a3b", include_str!("../../../bench/presets/qwen3-30b-a3b.json")),
+    ("qwen3.6-35b-a3b", include_str!("../../../bench/presets/qwen3.6-35b-a3b.json")),
+    ("lfm2-8b-a1b", include_str!("../../../bench/presets/lfm2-8b-a1b.json")),
+    ("qwen3-8b", include_str!("../../../bench/presets/qwen3-8b.json")),
+];
 pub const CONTEXTS: [usize; 2] = [512, 4096];
-/// HBM3e bandwidth of the H200 used for the floor (bytes a step must read / bandwidth).
-const BANDWIDTH: f64 = 4.1e12;
 
-fn base(arch: Arch) -> Config {
-    Config {
-        weight_prefix: "model",
-        arch,
-        hidden_size: 4096,
-        intermediate_size: 12288,
-        num_layers: 36,
-        num_heads: 32,
-        num_kv_heads: 8,
-        head_dim: 128,
-        vocab_size: 151936,
-        rms_norm_eps: 1e-6,
-        rope_theta: 1e6,
-        rope_scaling: RopeScaling::None,
-        max_position_embeddings: 40960,
-        tie_word_embeddings: false,
-        attention_bias: false,
-        qk_norm: arch != Arch::Llama,
-        moe: None,
-        short_conv: None,
-        gated_delta: None,
-        partial_rotary_factor: 1.0,
-        attn_output_gate: false,
-        norm_unit_offset: false,
-        eos_token_ids: vec![],
-        bf16_checkpoint: true,
-    }
+/// The config.json text of preset `name`.
+fn preset_json(name: &str) -> Result<&'static str> {
+    PRESETS.iter().find(|(n, _)| *n == name).map(|(_, json)| *json).ok_or_else(|| {
+        let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+        kiln::Error::invalid("bench decode", format!("unknown preset {name:?} ({})", names.join(", ")))
+    })
 }
 
-/// The config.json numbers of the published checkpoints.
+/// The config of preset `name`.
 pub fn preset(name: &str) -> Result<Config> {
-    Ok(match name {
-        "llama-3.1-8b" => Config {
-            intermediate_size: 14336,
-            num_layers: 32,
-            vocab_size: 128256,
-            rms_norm_eps: 1e-5,
-            rope_theta: 500000.0,
-            rope_scaling: RopeScaling::Llama3 {
-                factor: 8.0,
-                low_freq_factor: 1.0,
-                high_freq_factor: 4.0,
-                original_max_position: 8192,
-            },
-            max_position_embeddings: 131072,
-            ..base(Arch::Llama)
-        },
-        "qwen3-8b" => base(Arch::Qwen3),
-        "qwen3-30b-a3b" => Config {
-            hidden_size: 2048,
-            intermediate_size: 6144,
-            num_layers: 48,
-            num_kv_heads: 4,
-            moe: Some(MoeConfig {
-                num_experts: 128,
-                top_k: 8,
-                intermediate_size: 768,
-                norm_topk_prob: true,
-                decoder_sparse_step: 1,
-                mlp_only_layers: vec![],
-                router: RouterConfig::SOFTMAX,
-                shared_expert_intermediate_size: None,
-            }),
-            ..base(Arch::Qwen3Moe)
-        },
-        // LFM2-8B-A1B: 18 short-conv and 6 attention layers, the first 2 with dense MLPs.
-        "lfm2-8b-a1b" => Config {
-            hidden_size: 2048,
-            intermediate_size: 7168,
-            num_layers: 24,
-            head_dim: 64,
-            vocab_size: 65536,
-            rms_norm_eps: 1e-5,
-            max_position_embeddings: 128000,
-            tie_word_embeddings: true,
-            moe: Some(MoeConfig {
-                num_experts: 32,
-                top_k: 4,
-                intermediate_size: 1792,
-                norm_topk_prob: true,
-                decoder_sparse_step: 1,
-                mlp_only_layers: vec![0, 1],
-                router: RouterConfig::LFM2,
-                shared_expert_intermediate_size: None,
-            }),
-            short_conv: Some(ShortConvConfig {
-                kernel: 3,
-                bias: false,
-                layers: (0..24).filter(|i| ![2, 6, 10, 14, 18, 21].contains(i)).collect(),
-            }),
-            ..base(Arch::Lfm2Moe)
-        },
-        other => {
-            return Err(kiln::Error::invalid(
-                "bench decode",
-                format!("unknown preset {other:?} ({})", PRESETS.join(", ")),
-            ))
-        }
-    })
+    Config::from_json(preset_json(name)?)
+        .map_err(|msg| kiln::Error::invalid("bench decode", format!("preset {name}: {msg}")))
 }
 
 /// `NAME` or `NAME-fp8`: the preset's config and how its linear weights are stored.
@@ -140,8 +62,8 @@ pub fn parse_preset(name: &str) -> Result<(Config, Quantize)> {
 /// The preset names `--preset` selects: `all` / `all-fp8` expand to every preset.
 fn preset_names(preset_name: &str) -> Vec<String> {
     match preset_name {
-        "all" => PRESETS.iter().map(|p| p.to_string()).collect(),
-        "all-fp8" => PRESETS.iter().map(|p| format!("{p}-fp8")).collect(),
+        "all" => PRESETS.iter().map(|(p, _)| p.to_string()).collect(),
+        "all-fp8" => PRESETS.iter().map(|(p, _)| format!("{p}-fp8")).collect(),
         one => vec![one.to_string()],
     }
 }
@@ -186,21 +108,39 @@ pub fn step_bytes(c: &Config, ctx: usize, elem: usize, linear_elem: usize) -> f6
     (dense * elem + linear * linear_elem + state_f32 * 4) as f64
 }
 
+/// Copy bandwidth of `device` in bytes per second (read + write), measured now, for the
+/// floor: on CUDA the runtime suite's 2 GiB device-to-device copy timed with CUDA events;
+/// on the CPU a copy over every core ([`crate::membw::measure`]).
+pub fn measured_bandwidth(device: Device) -> Result<f64> {
+    match device {
+        Device::Cuda(i) => {
+            let dev = kiln::cuda::device(i)?;
+            let (gbps, _) = crate::runtime::copy_bandwidth(&dev, 1 << 31, 20)?;
+            // The copy's 4 GiB go back to the driver before the model is built.
+            dev.empty_cache()?;
+            Ok(gbps * 1e9)
+        }
+        Device::Cpu => Ok(crate::membw::measure()),
+    }
+}
+
 /// Decode tokens/s of `config` on `device` at each context, `steps` timed steps each,
-/// with bf16 weights (or FP8 linear weights under `quantize`).
+/// with bf16 weights (or FP8 linear weights under `quantize`); the floor is the bytes a
+/// step reads over `bandwidth` (bytes/s, from [`measured_bandwidth`]).
 pub fn run_config(
     config: Config,
     quantize: Quantize,
     device: Device,
     contexts: &[usize],
     steps: usize,
+    bandwidth: f64,
 ) -> Result<Value> {
     let dtype = DType::BF16;
     let linear_elem = if quantize == Quantize::Fp8 { 1 } else { dtype.size() };
     let peaks = Peaks::start(device)?;
     let t0 = Instant::now();
     let model = Model::random_quantized(config.clone(), device, dtype, 1, quantize)?;
-    let warmup = 3;
+    let warmup = WARMUP;
     let capacity = contexts.iter().max().copied().unwrap_or(1) + warmup + steps;
     let mut cache = model.new_cache(1, capacity)?;
     let mut sampler = Sampler::new(SamplingParams::greedy(), capacity, device)?;
@@ -240,7 +180,7 @@ pub fn run_config(
         bar.finish_and_clear();
         ms.sort_by(f64::total_cmp);
         let tps = steps as f64 / secs;
-        let floor_tps = BANDWIDTH / step_bytes(&config, ctx, dtype.size(), linear_elem);
+        let floor_tps = bandwidth / step_bytes(&config, ctx, dtype.size(), linear_elem);
         println!(
             "  context {ctx:>5}: {tps:8.1} tokens/s  (median {:.2} ms/token; bandwidth floor {floor_tps:.0} tokens/s, {:.0}%)",
             ms[ms.len() / 2],
@@ -316,15 +256,147 @@ fn describe(q: Quantize) -> &'static str {
     }
 }
 
-/// `kiln bench --suite decode --preset NAME` (or `all`; either with `-fp8`).
-pub fn run(preset_name: &str) -> Result<Value> {
-    let mut out = serde_json::Map::new();
+/// Timed decode steps at each context, after [`WARMUP`] untimed ones.
+const STEPS: usize = 128;
+const WARMUP: usize = 3;
+
+/// `kiln bench --suite decode --preset NAME` (or `all`; either with `-fp8`), beside the
+/// PyTorch peer `bench/torch_decode.py` on the bf16 presets as `peer` asks.
+pub fn run(preset_name: &str, peer: Option<&str>) -> Result<Value> {
+    let want = Want::parse(peer)?;
+    let device = Device::Cuda(0);
+    let bandwidth = measured_bandwidth(device)?;
+    println!("copy bandwidth (2 GiB device-to-device, read + write): {:.0} GB/s", bandwidth / 1e9);
+    let mut out = Map::new();
     for name in preset_names(preset_name) {
         let (config, q) = parse_preset(&name)?;
         println!("decode {name} ({}, random weights, batch 1)", describe(q));
-        out.insert(name, run_config(config, q, Device::Cuda(0), &CONTEXTS, 128)?);
+        // A preset that fails (one too large for the card) is recorded; the others still run.
+        let v = run_config(config, q, device, &CONTEXTS, STEPS, bandwidth).unwrap_or_else(|e| {
+            println!("  failed: {e}");
+            json!({ "error": e.to_string() })
+        });
+        out.insert(name, v);
     }
-    Ok(json!({ "suite": "decode", "provenance": provenance(), "presets": out }))
+    let torch = torch_peer(&mut out, want)?;
+    print_side_by_side(&out, bandwidth);
+    Ok(json!({
+        "suite": "decode", "provenance": provenance(), "copy_bandwidth_gbps": bandwidth / 1e9,
+        "presets": out, "torch": torch,
+    }))
+}
+
+/// Runs `bench/torch_decode.py` on the bf16 presets of `out` with kiln's contexts and
+/// steps and merges its figures ([`merge_peer`]). Returns the peer's torch build and
+/// device, or why it did not run.
+fn torch_peer(out: &mut Map<String, Value>, want: Want) -> Result<Value> {
+    let bad = |e: serde_json::Error| kiln::Error::invalid("bench decode", e.to_string());
+    let mut presets = vec![];
+    for name in out.keys().filter(|n| !n.ends_with("-fp8")) {
+        presets.push(json!({ "name": name, "config": serde_json::from_str::<Value>(preset_json(name)?).map_err(bad)? }));
+    }
+    if presets.is_empty() {
+        return Ok(json!({ "skipped": "no bf16 preset" }));
+    }
+    // kiln's pool goes back to the driver: the peer builds the same weights again.
+    kiln::cuda::device(0)?.empty_cache()?;
+    let spec = json!({
+        "presets": presets, "contexts": CONTEXTS, "steps": STEPS, "warmup": WARMUP, "prompts": [PROMPT, 4096],
+    });
+    let v = match crate::peer::torch("decode", Some(&spec), want)? {
+        Ok(v) => v,
+        Err(why) => return Ok(json!({ "skipped": why })),
+    };
+    merge_peer(out, &v);
+    Ok(json!({ "torch": v["torch"], "cuda": v["cuda"], "device": v["device"] }))
+}
+
+/// Puts each preset's figures of the peer's output `v` into its kiln entry as `torch`,
+/// each decode figure with its fraction of kiln's floor at that context.
+fn merge_peer(out: &mut Map<String, Value>, v: &Value) {
+    for r in v["results"].as_array().into_iter().flatten() {
+        let Some(kiln) = r["preset"].as_str().and_then(|n| out.get_mut(n)) else { continue };
+        let mut r = r.clone();
+        for d in r["decode"].as_array_mut().into_iter().flatten() {
+            let floor =
+                kiln["decode"].as_array().into_iter().flatten().find(|k| k["context"] == d["context"]);
+            if let (Some(tps), Some(floor)) =
+                (d["tokens_per_s"].as_f64(), floor.and_then(|f| f["floor_tokens_per_s"].as_f64()))
+            {
+                d["fraction_of_floor"] = json!(tps / floor);
+            }
+        }
+        kiln["torch"] = r;
+    }
+}
+
+/// Modes of the peer, in the order of the table's columns.
+const TORCH_MODES: [&str; 3] = ["eager", "graph", "compiled"];
+
+/// kiln's tokens/s and PyTorch's per mode, each with its share of the floor, one line per
+/// preset and context; then the prompt passes.
+fn print_side_by_side(out: &Map<String, Value>, bandwidth: f64) {
+    println!(
+        "decode tokens/s, batch 1 (floor: bytes a step reads / {:.0} GB/s measured copy bandwidth)",
+        bandwidth / 1e9
+    );
+    println!(
+        "{:<22} {:>5} {:>6} {:>14} {:>14} {:>14} {:>14}",
+        "preset", "ctx", "floor", "kiln", "torch eager", "torch graph", "torch compiled"
+    );
+    let cell = |tps: Option<f64>, floor: f64| match tps {
+        Some(t) => format!("{t:.1} {:>3.0}%", 100.0 * t / floor),
+        None => "-".to_string(),
+    };
+    for (name, v) in out {
+        for k in v["decode"].as_array().into_iter().flatten() {
+            let floor = k["floor_tokens_per_s"].as_f64().unwrap_or(f64::NAN);
+            let torch = |mode: &str| {
+                v["torch"]["decode"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|d| d["context"] == k["context"] && d["mode"] == mode)
+                    .and_then(|d| d["tokens_per_s"].as_f64())
+            };
+            let [eager, graph, compiled] = TORCH_MODES.map(|m| cell(torch(m), floor));
+            println!(
+                "{name:<22} {:>5} {floor:>6.0} {:>14} {eager:>14} {graph:>14} {compiled:>14}",
+                k["context"],
+                cell(k["tokens_per_s"].as_f64(), floor)
+            );
+        }
+    }
+    for (name, v) in out {
+        let torch: Vec<String> = v["torch"]["prompt"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "{} tokens {:.0} tokens/s",
+                    p["tokens"],
+                    p["tokens_per_s"].as_f64().unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        println!(
+            "{name:<22} prompt: kiln {} tokens {:.0} tokens/s; torch {}",
+            v["prompt"]["tokens"],
+            v["prompt"]["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+            if torch.is_empty() { "-".to_string() } else { torch.join(", ") }
+        );
+        for key in ["error", "skipped"].iter().filter(|k| v.get(**k).is_some()) {
+            println!("{name:<22} kiln {key}: {}", v[*key]);
+        }
+        for key in ["errors", "skipped"] {
+            if v["torch"][key].as_object().is_some_and(|m| !m.is_empty())
+                || v["torch"][key].as_array().is_some_and(|a| !a.is_empty())
+            {
+                println!("{name:<22} torch {key}: {}", v["torch"][key]);
+            }
+        }
+    }
 }
 
 /// `kiln bench --suite memory`: the memory family alone for each preset: bytes of weights
@@ -335,7 +407,8 @@ pub fn memory(preset_name: &str) -> Result<Value> {
     for name in preset_names(preset_name) {
         let (config, q) = parse_preset(&name)?;
         println!("memory {name} ({}, random weights, batch 1, context 4096)", describe(q));
-        let v = run_config(config, q, Device::Cuda(0), &[4096], 4)?;
+        let device = Device::Cuda(0);
+        let v = run_config(config, q, device, &[4096], 4, measured_bandwidth(device)?)?;
         out.insert(
             name,
             json!({
@@ -355,7 +428,9 @@ mod tests {
     /// The suite's code path on the CPU with a tiny model of each family, bf16 and fp8.
     #[test]
     fn tiny_models_decode_on_cpu() {
-        for name in PRESETS.iter().flat_map(|p| [p.to_string(), format!("{p}-fp8")]) {
+        let bandwidth = measured_bandwidth(Device::Cpu).unwrap();
+        assert!(bandwidth > 1e8, "{bandwidth}");
+        for name in PRESETS.iter().flat_map(|(p, _)| [p.to_string(), format!("{p}-fp8")]) {
             let (mut c, q) = parse_preset(&name).unwrap();
             c.hidden_size = 32;
             c.intermediate_size = 48;
@@ -368,13 +443,18 @@ mod tests {
                 m.num_experts = 8;
                 m.top_k = 2;
                 m.intermediate_size = 16;
+                m.shared_expert_intermediate_size = m.shared_expert_intermediate_size.map(|_| 16);
             }
             // LFM2: layer 0 short conv with a dense MLP, layer 1 attention with experts.
             if let Some(sc) = &mut c.short_conv {
                 sc.layers = vec![0];
                 c.moe.as_mut().unwrap().mlp_only_layers = vec![0];
             }
-            let v = run_config(c, q, Device::Cpu, &[8, 20], 2).unwrap();
+            // Qwen3.5: layer 0 Gated DeltaNet, layer 1 attention, both with experts.
+            if let Some(g) = &mut c.gated_delta {
+                (g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.layers) = (2, 4, 8, 8, vec![0]);
+            }
+            let v = run_config(c, q, Device::Cpu, &[8, 20], 2, bandwidth).unwrap();
             assert_eq!(v["decode"].as_array().unwrap().len(), 2, "{name}");
             assert!(v["decode"][1]["tokens_per_s"].as_f64().unwrap() > 0.0);
             assert_eq!(v["prompt"]["tokens"], 8, "{name}");
@@ -395,6 +475,36 @@ mod tests {
         // LFM2-8B-A1B has ~1.5 B active parameters a token: ~3.1 GB in bf16.
         let lfm = step_bytes(&preset("lfm2-8b-a1b").unwrap(), 0, 2, 2);
         assert!((2.9e9..3.3e9).contains(&lfm), "{lfm}");
+        // Qwen3.6-35B-A3B: ~3 B active parameters (8 of 256 experts and the shared one,
+        // 30 DeltaNet and 10 attention layers, the 248K-row LM head): ~6 GB in bf16.
+        let q36 = step_bytes(&preset("qwen3.6-35b-a3b").unwrap(), 0, 2, 2);
+        assert!((5.5e9..6.5e9).contains(&q36), "{q36}");
+    }
+
+    /// The peer's figures land beside kiln's with their share of kiln's floor, per context
+    /// and mode; a preset the peer did not run keeps no `torch` entry.
+    #[test]
+    fn peer_figures_are_merged_with_the_floor() {
+        let kiln = |floor: f64| {
+            json!({ "decode": [{ "context": 512, "tokens_per_s": 90.0, "floor_tokens_per_s": floor }],
+                    "prompt": { "tokens": 512, "tokens_per_s": 1e4 } })
+        };
+        let mut out = Map::new();
+        out.insert("a".into(), kiln(200.0));
+        out.insert("b".into(), kiln(400.0));
+        let peer = json!({ "results": [{ "preset": "a", "decode": [
+            { "mode": "graph", "context": 512, "tokens_per_s": 50.0 },
+            { "mode": "compiled", "context": 512, "tokens_per_s": 150.0 },
+            { "mode": "compiled", "context": 4096, "tokens_per_s": 140.0 }],
+            "prompt": [], "errors": {}, "skipped": ["eager@512"] }] });
+        merge_peer(&mut out, &peer);
+        let t = &out["a"]["torch"]["decode"];
+        assert_eq!(t[0]["fraction_of_floor"], json!(0.25));
+        assert_eq!(t[1]["fraction_of_floor"], json!(0.75));
+        // kiln ran no context 4096 here: no floor to divide by.
+        assert!(t[2].get("fraction_of_floor").is_none());
+        assert!(out["b"].get("torch").is_none());
+        print_side_by_side(&out, 3e12);
     }
 
     /// With every expert active, a step reads every weight but the embedding (one row),

@@ -67,7 +67,7 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "grouped" => crate::grouped::run(opts.peer),
         "linalg" => crate::linalg::run(opts.peer),
         "decode" if device == Device::Cpu => crate::cpu_decode::run(opts.preset),
-        "decode" => crate::decode::run(opts.preset),
+        "decode" => crate::decode::run(opts.preset, opts.peer),
         "memory" => crate::decode::memory(opts.preset),
         "vae" => crate::vae::run(device),
         other => Err(Error::invalid(

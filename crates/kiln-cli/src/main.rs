@@ -41,8 +41,9 @@ enum Cmd {
         /// cpu, cuda, cuda:N or auto.
         #[arg(long, default_value = "auto")]
         device: String,
-        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, lfm2-8b-a1b or all
-        /// (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear weights). With
+        /// Model shape of the decode suite: llama-3.1-8b, qwen3-8b, qwen3-30b-a3b, lfm2-8b-a1b,
+        /// qwen3.6-35b-a3b or all (a `-fp8` suffix, e.g. llama-3.1-8b-fp8, gives it FP8 linear
+        /// weights). The shapes are the config.json files of bench/presets/, built in. With
         /// --device cpu: qwen3-0.6b or llama-3.2-1b in f32, beside the measured memory
         /// bandwidth (any other name runs both).
         #[arg(long, default_value = "llama-3.1-8b")]
