@@ -4,9 +4,9 @@ suite's workloads in PyTorch on the same GPU by the same method (`torch_timing.p
 captured in one CUDA graph, replayed, timed with CUDA events) and prints one JSON object on
 stdout, which `kiln bench` merges into its table and JSON.
 
-    python3 bench/torch_peer.py --suite linear|reductions|fp8|grouped [--json FILE]
+    python3 bench/torch_peer.py --suite linear|reductions|fp8|grouped|attention [--json FILE]
 
-The suite's spec comes as JSON on stdin (linear, fp8 and grouped: the shapes kiln ran; reductions:
+The suite's spec comes as JSON on stdin (linear, fp8, grouped and attention: the shapes kiln ran; reductions:
 none, its workloads are fixed). `kiln bench --peer torch` runs this. With --json FILE it
 also writes {"schema", "suite", "provenance", "results"}: the printed object under
 "results", beside the torch build, device, host and time it came from.
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-SUITES = ("linear", "reductions", "fp8", "grouped")
+SUITES = ("linear", "reductions", "fp8", "grouped", "attention")
 
 
 def driver_release():

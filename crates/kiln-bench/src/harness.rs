@@ -65,13 +65,14 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "reductions" => crate::reductions::run(opts.peer),
         "fp8" => crate::fp8::run(opts.peer),
         "grouped" => crate::grouped::run(opts.peer),
+        "attention" => crate::attention::run(opts.peer),
         "decode" => crate::decode::run(opts.preset),
         "memory" => crate::decode::memory(opts.preset),
         "vae" => crate::vae::run(device),
         other => Err(Error::invalid(
             "bench",
             format!(
-                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, ops, decode, memory, vae, correctness, default, all)"
+                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, attention, ops, decode, memory, vae, correctness, default, all)"
             ),
         )),
     }

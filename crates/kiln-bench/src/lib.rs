@@ -5,6 +5,7 @@ pub mod cpu;
 pub mod decode;
 pub mod fixtures;
 pub mod fp8;
+pub mod attention;
 pub mod grouped;
 pub mod harness;
 pub mod linalg_fixtures;

@@ -10,6 +10,7 @@ macro_rules! launch {
     };
 }
 
+pub mod attention_decode;
 mod copy;
 mod elementwise;
 mod expert_groups;
@@ -59,6 +60,7 @@ macro_rules! kernel_source {
     };
 }
 
+pub(crate) const ATTENTION_DECODE: KernelSource = kernel_source!("attention_decode");
 pub(crate) const COPY: KernelSource = kernel_source!("copy");
 pub(crate) const ELEMENTWISE: KernelSource = kernel_source!("elementwise");
 pub(crate) const INDEX: KernelSource = kernel_source!("index");
@@ -77,6 +79,7 @@ pub(crate) const EXPERT_GROUPS: KernelSource = kernel_source!("expert_groups");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
+    ATTENTION_DECODE,
     COPY,
     ELEMENTWISE,
     INDEX,
