@@ -1,11 +1,11 @@
 //! kiln's measurement harness: fixture checks (correctness), runtime figures, and timing
 //! helpers shared by the suites.
 
+pub mod attention;
 pub mod cpu;
 pub mod decode;
 pub mod fixtures;
 pub mod fp8;
-pub mod attention;
 pub mod grouped;
 pub mod harness;
 pub mod linalg_fixtures;

@@ -76,9 +76,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Info => info(),
-        Cmd::Check { fixtures, device } => {
-            check(&fixtures.unwrap_or_else(fixtures::default_dir), &device)
-        }
+        Cmd::Check { fixtures, device } => check(&fixtures.unwrap_or_else(fixtures::default_dir), &device),
         Cmd::Kernels { check } => compile_kernels(&check),
         Cmd::Bench { suite, device, preset, quantize, json, compare, plot, peer } => {
             kiln_models::Quantize::parse(&quantize).and_then(|q| {

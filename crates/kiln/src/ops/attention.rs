@@ -95,7 +95,8 @@ impl Tensor {
 fn decode_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
     use crate::cuda::ops::attention_decode;
     use crate::storage::Storage;
-    if !matches!(q.device(), crate::Device::Cuda(_)) || o.attn_mask.is_some() {
+    if !matches!(q.device(), crate::Device::Cuda(_)) || o.attn_mask.is_some() || !attention_decode::enabled()
+    {
         return Ok(None);
     }
     let sh = match attention_decode::declines(q.layout(), k.layout(), v.layout(), q.dtype()) {
@@ -373,6 +374,23 @@ mod tests {
             q.scaled_dot_product_attention(&k, &v, &Sdpa { scale: Some(0.3), ..Sdpa::default() }).unwrap();
         // 0.3 = 1/sqrt(E) for q scaled by 0.6 (E = 4).
         close(&y, &naive(&q.mul_scalar(0.6).unwrap(), &k, &v, None, false, false));
+    }
+
+    #[test]
+    fn kv_len_attends_to_the_first_keys_only() {
+        let r = |shape: &[usize], seed| Tensor::randn(shape, seed, DType::F32, CPU).unwrap();
+        let (q, k, v) = (r(&[1, 4, 3, 8], 8), r(&[1, 2, 9, 8], 9), r(&[1, 2, 9, 5], 10));
+        for (n, causal) in [(4, false), (4, true), (9, false), (20, true), (0, false)] {
+            let len = Tensor::from_vec(vec![n as i32], &[1], CPU).unwrap();
+            let o = Sdpa { kv_len: Some(&len), is_causal: causal, enable_gqa: true, ..Sdpa::default() };
+            let y = q.scaled_dot_product_attention(&k, &v, &o).unwrap();
+            let m = n.min(9);
+            let (kn, vn) = (k.narrow(2, 0, m).unwrap(), v.narrow(2, 0, m).unwrap());
+            close(&y, &naive(&q, &kn, &vn, None, causal, true));
+        }
+        let bad = Tensor::from_vec(vec![1i64, 2], &[2], CPU).unwrap();
+        let o = Sdpa { kv_len: Some(&bad), ..Sdpa::default() };
+        assert!(q.scaled_dot_product_attention(&k, &v, &o).unwrap_err().to_string().contains("one i32"));
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! the keys (flash-decoding) with the splits of one group merged inside a thread-block
 //! cluster. [`declines`] is the one place that says which shapes it takes;
 //! `ops/attention.rs` sends those here and the rest to the composed path.
+//!
+//! `KILN_DECODE_ATTENTION=0` (or [`set_enabled`]) sends every call to the composed path,
+//! for comparison and as a way around the kernel.
 
 use super::{dev_of, suffix, ATTENTION_DECODE};
 use crate::cuda::launch::{dependent_launch, kernel_args, launch, Launch};
@@ -11,6 +14,25 @@ use crate::error::Result;
 use crate::layout::Layout;
 use crate::DType;
 use cudarc::driver::DeviceRepr;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// 0: not yet read from `KILN_DECODE_ATTENTION`; 1: on; 2: off.
+static ENABLED: AtomicU8 = AtomicU8::new(0);
+
+/// Whether `scaled_dot_product_attention` takes the kernel where it fits: on unless
+/// `KILN_DECODE_ATTENTION=0` or [`set_enabled`] turned it off.
+pub fn enabled() -> bool {
+    if ENABLED.load(Ordering::Relaxed) == 0 {
+        let off = std::env::var("KILN_DECODE_ATTENTION").is_ok_and(|v| v.trim() == "0");
+        ENABLED.store(if off { 2 } else { 1 }, Ordering::Relaxed);
+    }
+    ENABLED.load(Ordering::Relaxed) == 1
+}
+
+/// Turns the kernel on or off, process-wide (benchmarks time both paths).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
 
 /// Head dims with a compiled kernel.
 pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
@@ -103,7 +125,8 @@ pub fn declines(q: &Layout, k: &Layout, v: &Layout, dt: DType) -> std::result::R
         return Err("past i32 rows");
     }
     let vec = 16 / dt.size();
-    let aligned = |t: &Layout| t.offset.is_multiple_of(vec) && strides(t).iter().all(|s| s.is_multiple_of(vec));
+    let aligned =
+        |t: &Layout| t.offset.is_multiple_of(vec) && strides(t).iter().all(|s| s.is_multiple_of(vec));
     if !aligned(k) || !aligned(v) {
         return Err("keys or values not 16-byte aligned");
     }
@@ -196,7 +219,10 @@ mod tests {
         let q9 = layout(&[1, 32, 9, 128]);
         assert_eq!(declines(&q9, &k, &k, DType::BF16).unwrap_err(), "queries outside 1..=8");
         let k5 = layout(&[1, 5, 4096, 128]);
-        assert_eq!(declines(&q, &k5, &k5, DType::BF16).unwrap_err(), "key heads do not divide the query heads");
+        assert_eq!(
+            declines(&q, &k5, &k5, DType::BF16).unwrap_err(),
+            "key heads do not divide the query heads"
+        );
         let (q72, k72) = (layout(&[1, 32, 1, 72]), layout(&[1, 8, 64, 72]));
         assert!(declines(&q72, &k72, &k72, DType::BF16).is_err());
         // A cache view: positions 0..100 of a capacity of 4096, any offset of whole rows.
@@ -205,7 +231,10 @@ mod tests {
         view.offset = 128;
         assert!(declines(&q, &view, &view, DType::BF16).is_ok());
         view.offset = 3;
-        assert_eq!(declines(&q, &view, &view, DType::BF16).unwrap_err(), "keys or values not 16-byte aligned");
+        assert_eq!(
+            declines(&q, &view, &view, DType::BF16).unwrap_err(),
+            "keys or values not 16-byte aligned"
+        );
     }
 
     #[test]
