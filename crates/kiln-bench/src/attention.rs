@@ -105,14 +105,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     });
     let torch = crate::peer::torch("attention", Some(&input), want)?.ok();
     if let Some(t) = &torch {
-        let empty = vec![];
-        for r in results.iter_mut() {
-            let hit = t["results"].as_array().unwrap_or(&empty).iter().find(|p| p["name"] == r["name"]);
-            if let (Some(tus), Some(us)) = (hit.and_then(|p| p["us"].as_f64()), r["us"].as_f64()) {
-                r["torch_us"] = json!(tus);
-                r["speedup"] = json!(tus / us);
-            }
-        }
+        crate::peer::merge_us(&mut results, t);
     }
     println!(
         "{:<36} {:>9} {:>8} {:>7} {:>9} {:>6}",

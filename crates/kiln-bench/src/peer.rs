@@ -83,6 +83,19 @@ pub fn torch(suite: &str, stdin: Option<&Value>, want: Want) -> Result<std::resu
     }
 }
 
+/// Adds the peer's µs to each result of the same name, as `torch_us`, and the
+/// PyTorch/kiln time ratio as `speedup`.
+pub fn merge_us(results: &mut [Value], peer: &Value) {
+    let empty = vec![];
+    for r in results.iter_mut() {
+        let hit = peer["results"].as_array().unwrap_or(&empty).iter().find(|p| p["name"] == r["name"]);
+        if let (Some(tus), Some(us)) = (hit.and_then(|p| p["us"].as_f64()), r["us"].as_f64()) {
+            r["torch_us"] = serde_json::json!(tus);
+            r["speedup"] = serde_json::json!(tus / us);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
