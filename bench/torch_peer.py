@@ -4,10 +4,10 @@ suite's workloads in PyTorch on the same GPU by the same method (`torch_timing.p
 captured in one CUDA graph, replayed, timed with CUDA events) and prints one JSON object on
 stdout, which `kiln bench` merges into its table and JSON.
 
-    python3 bench/torch_peer.py --suite linear|reductions|fp8|grouped|linalg|decode [--json FILE]
+    python3 bench/torch_peer.py --suite linear|reductions|fp8|grouped|linalg|attention|decode [--json FILE]
 
-The suite's spec comes as JSON on stdin (linear, fp8, grouped and linalg: the shapes kiln ran;
-decode: the presets, contexts and steps kiln ran; reductions:
+The suite's spec comes as JSON on stdin (linear, fp8, grouped, linalg and attention: the shapes
+kiln ran; decode: the presets, contexts and steps kiln ran; reductions:
 none, its workloads are fixed). `kiln bench --peer torch` runs this. With --json FILE it
 also writes {"schema", "suite", "provenance", "results"}: the printed object under
 "results", beside the torch build, device, host and time it came from.
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-SUITES = ("linear", "reductions", "fp8", "grouped", "linalg", "decode")
+SUITES = ("linear", "reductions", "fp8", "grouped", "linalg", "attention", "decode")
 
 
 def driver_release():

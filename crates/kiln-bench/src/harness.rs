@@ -66,6 +66,7 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "fp8" => crate::fp8::run(opts.peer),
         "grouped" => crate::grouped::run(opts.peer),
         "linalg" => crate::linalg::run(opts.peer),
+        "attention" => crate::attention::run(opts.peer),
         "decode" if device == Device::Cpu => crate::cpu_decode::run(opts.preset),
         "decode" => crate::decode::run(opts.preset, opts.peer),
         "memory" => crate::decode::memory(opts.preset),
@@ -73,7 +74,7 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         other => Err(Error::invalid(
             "bench",
             format!(
-                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, linalg, ops, decode, memory, vae, correctness, default, all)"
+                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, linalg, attention, ops, decode, memory, vae, correctness, default, all)"
             ),
         )),
     }

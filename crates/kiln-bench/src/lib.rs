@@ -1,6 +1,7 @@
 //! kiln's measurement harness: fixture checks (correctness), runtime figures, and timing
 //! helpers shared by the suites.
 
+pub mod attention;
 pub mod cpu;
 pub mod cpu_decode;
 pub mod decode;

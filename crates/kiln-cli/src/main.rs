@@ -34,7 +34,7 @@ enum Cmd {
     /// Measure op latency, throughput, correctness and memory. Without --suite: a default
     /// set (about two minutes on a GPU; a reduced CPU set without one, saying why).
     Bench {
-        /// cpu, runtime, linear, reductions, fp8, grouped, linalg, ops (runtime to grouped), decode, memory,
+        /// cpu, runtime, linear, reductions, fp8, grouped, linalg, attention, ops (runtime to grouped), decode, memory,
         /// vae, correctness, default, all.
         #[arg(long, default_value = "default")]
         suite: String,

@@ -155,6 +155,15 @@ pub static FP8_LINEAR_VARIANT: Setting<Option<Fp8LinearVariant>> = Setting::new(
     parse_auto,
 );
 
+/// `scaled_dot_product_attention` on CUDA takes the split-KV decode kernel where it fits.
+/// Off until the kernel has passed its GPU parity test (`gpu_attention`).
+pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
+    "KILN_DECODE_ATTENTION",
+    "split-KV decode attention kernel for 1-8 queries (default off: not yet verified on a GPU)",
+    || false,
+    parse_bool,
+);
+
 /// Which GEMM serves FP8 `scaled_mm` for M > 16.
 pub static FP8_GEMM: Setting<Fp8Gemm> = Setting::new(
     "KILN_FP8_GEMM",
@@ -271,12 +280,13 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 16] = [
+pub static ALL: [&dyn Describe; 17] = [
     &AFTER_PREVIOUS,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
     &FP8_GEMM,
     &FP8_FORCE_EPILOGUE,
+    &DECODE_ATTENTION,
     &SOFTMAX_PATH,
     &BLOCK_SYNC,
     &KERNEL_DIR,

@@ -21,6 +21,11 @@ pub struct Sdpa<'a> {
     pub scale: Option<f64>,
     /// Key and value heads (dim −3) each serve `Hq / Hkv` consecutive query heads.
     pub enable_gqa: bool,
+    /// A one-element i32 tensor on the inputs' device: only the first `min(kv_len, S)` keys
+    /// count (kiln's own; PyTorch has none). The length is read on the device, never on the
+    /// host, so a captured CUDA graph attends over a growing KV cache without re-capture.
+    /// Not together with `attn_mask`; a row left with no key gives 0.
+    pub kv_len: Option<&'a Tensor>,
 }
 
 const OP: &str = "scaled_dot_product_attention";
@@ -31,16 +36,30 @@ impl Tensor {
     /// the inputs' dtype. The scores are computed in that dtype and taken to f32 for the
     /// mask and softmax. With `enable_gqa` the query heads of one key head are folded into
     /// its rows, so keys and values are read as they lie (no repeat).
+    ///
+    /// On CUDA, 1–8 queries per head without `attn_mask` take the decode attention kernel
+    /// (`cuda/ops/attention_decode.rs`, which says which shapes fit); the rest are composed.
     pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, o: &Sdpa<'_>) -> Result<Tensor> {
         let q = self;
         check(q, key, value, o)?;
         let (r, l, e) = (q.rank(), q.shape()[q.rank() - 2], q.shape()[q.rank() - 1]);
         let s = key.shape()[key.rank() - 2];
         let scale = o.scale.unwrap_or(1.0 / (e as f64).sqrt());
-        let bias = match (o.attn_mask, o.is_causal) {
-            (Some(m), _) => Some(additive(m)?),
-            (None, true) => Some(Sdpa::causal_mask(l, s, 0, q.device())?),
-            (None, false) => None,
+        if let Some(out) = decode_kernel(q, key, value, o, scale)? {
+            return Ok(out);
+        }
+        let causal = if o.is_causal { Some(Sdpa::causal_mask(l, s, 0, q.device())?) } else { None };
+        let bias = match (o.attn_mask, causal, o.kv_len) {
+            (Some(m), _, _) => Some(additive(m)?),
+            (None, c, Some(n)) => {
+                let first = Tensor::arange(0.0, s as f64, 1.0, DType::I32, q.device())?.lt(n)?;
+                let b = additive(&first)?;
+                Some(match c {
+                    Some(c) => c.add(&b)?,
+                    None => b,
+                })
+            }
+            (None, c, None) => c,
         };
         // Grouped heads: [..., Hkv·g, L, E] viewed as [..., Hkv, g·L, E].
         let g = if o.enable_gqa { q.shape()[r - 3] / key.shape()[key.rank() - 3] } else { 1 };
@@ -56,7 +75,7 @@ impl Tensor {
             scores = if g > 1 { grouped_add(&scores, b, g, l, s)? } else { scores.add(b)? };
         }
         let mut probs = scores.softmax(-1)?;
-        if o.attn_mask.is_some() {
+        if o.attn_mask.is_some() || o.kv_len.is_some() {
             // Every key masked: 0, not softmax's NaN.
             let dead = scores.max(&[-1], true)?.eq_scalar(f64::NEG_INFINITY)?;
             probs = Tensor::where_cond(&dead, &Tensor::scalar(0.0, DType::F32, q.device())?, &probs)?;
@@ -72,8 +91,50 @@ impl Tensor {
     }
 }
 
+/// The CUDA decode kernel's result, or `None` where the composed path takes the call.
+fn decode_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
+    use crate::cuda::ops::attention_decode;
+    use crate::storage::Storage;
+    if !matches!(q.device(), crate::Device::Cuda(_))
+        || o.attn_mask.is_some()
+        || !crate::settings::DECODE_ATTENTION.get()?
+    {
+        return Ok(None);
+    }
+    let sh = match attention_decode::declines(q.layout(), k.layout(), v.layout(), q.dtype()) {
+        // Heads that only broadcast (without enable_gqa) must be 1 or equal.
+        Ok(sh) if o.enable_gqa || sh.hkv == 1 || sh.hkv == sh.hq => sh,
+        Ok(_) => return Ok(None),
+        Err(why) => {
+            tracing::debug!("scaled_dot_product_attention {:?} {:?}: composed ({why})", q.shape(), k.shape());
+            return Ok(None);
+        }
+    };
+    let len = o.kv_len.map(|n| n.read());
+    let len_ptr = match (len.as_deref(), o.kv_len) {
+        (Some(Storage::Cuda(b)), Some(n)) => Some(b.ptr() + (n.layout().offset * 4) as u64),
+        _ => None,
+    };
+    let buf = match (&*q.read(), &*k.read(), &*v.read()) {
+        (Storage::Cuda(qb), Storage::Cuda(kb), Storage::Cuda(vb)) => attention_decode::sdpa(
+            (qb, q.layout()),
+            (kb, k.layout()),
+            (vb, v.layout()),
+            len_ptr,
+            sh,
+            q.dtype(),
+            o.is_causal,
+            scale,
+        )?,
+        _ => unreachable!("devices checked"),
+    };
+    let mut shape = q.shape()[..q.rank() - 2].to_vec();
+    shape.extend([sh.l, sh.e]);
+    Ok(Some(Tensor::from_storage(Storage::Cuda(buf), &shape, q.dtype(), q.device())))
+}
+
 fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>) -> Result<()> {
-    for t in [k, v].into_iter().chain(o.attn_mask) {
+    for t in [k, v].into_iter().chain(o.attn_mask).chain(o.kv_len) {
         q.check_same_device(t, OP)?;
     }
     if !q.dtype().is_float() {
@@ -116,6 +177,17 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>) -> Result<()> {
     }
     if o.is_causal && o.attn_mask.is_some() {
         return Err(Error::invalid(OP, "an explicit attn_mask and is_causal = true do not go together"));
+    }
+    if let Some(n) = o.kv_len {
+        if o.attn_mask.is_some() {
+            return Err(Error::invalid(OP, "an explicit attn_mask and kv_len do not go together"));
+        }
+        if n.dtype() != DType::I32 || n.numel() != 1 {
+            return Err(Error::bad_shape(
+                OP,
+                format!("kv_len must be one i32, got {:?} {}", n.shape(), n.dtype()),
+            ));
+        }
     }
     if let Some(m) = o.attn_mask {
         if m.dtype() != DType::Bool && !m.dtype().is_float() {
@@ -304,6 +376,23 @@ mod tests {
             q.scaled_dot_product_attention(&k, &v, &Sdpa { scale: Some(0.3), ..Sdpa::default() }).unwrap();
         // 0.3 = 1/sqrt(E) for q scaled by 0.6 (E = 4).
         close(&y, &naive(&q.mul_scalar(0.6).unwrap(), &k, &v, None, false, false));
+    }
+
+    #[test]
+    fn kv_len_attends_to_the_first_keys_only() {
+        let r = |shape: &[usize], seed| Tensor::randn(shape, seed, DType::F32, CPU).unwrap();
+        let (q, k, v) = (r(&[1, 4, 3, 8], 8), r(&[1, 2, 9, 8], 9), r(&[1, 2, 9, 5], 10));
+        for (n, causal) in [(4, false), (4, true), (9, false), (20, true), (0, false)] {
+            let len = Tensor::from_vec(vec![n as i32], &[1], CPU).unwrap();
+            let o = Sdpa { kv_len: Some(&len), is_causal: causal, enable_gqa: true, ..Sdpa::default() };
+            let y = q.scaled_dot_product_attention(&k, &v, &o).unwrap();
+            let m = n.min(9);
+            let (kn, vn) = (k.narrow(2, 0, m).unwrap(), v.narrow(2, 0, m).unwrap());
+            close(&y, &naive(&q, &kn, &vn, None, causal, true));
+        }
+        let bad = Tensor::from_vec(vec![1i64, 2], &[2], CPU).unwrap();
+        let o = Sdpa { kv_len: Some(&bad), ..Sdpa::default() };
+        assert!(q.scaled_dot_product_attention(&k, &v, &o).unwrap_err().to_string().contains("one i32"));
     }
 
     #[test]

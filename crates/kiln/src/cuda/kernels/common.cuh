@@ -195,6 +195,27 @@ template <typename A> __device__ __forceinline__ Max<A> merge(Max<A> a, Max<A> b
 template <typename A> __device__ A block_sum(A v) { return block_merge(Sum<A>{v}, Sum<A>{(A)0}).v; }
 template <typename A> __device__ A block_max(A v) { return block_merge(Max<A>{v}, Max<A>{(A)-kiln_inf()}).v; }
 
+// ---- thread-block clusters (sm_90+; size set at launch, up to 16) ----
+#define CLUSTER_MAX 16
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_HAS_CLUSTER 1
+#endif
+
+#ifdef KILN_HAS_CLUSTER
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ unsigned cluster_rank() { unsigned r; asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+__device__ __forceinline__ unsigned cluster_blocks() { unsigned n; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n)); return n; }
+// Stores (a, b) at the address `p` has in block `rank`'s shared memory: posted, made
+// visible to that block by the next cluster barrier (arrive.release / wait.acquire).
+__device__ __forceinline__ void cluster_store2(float* p, unsigned rank, float a, float b) {
+    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote), "f"(a), "f"(b) : "memory");
+}
+#endif
+
 // ---- blocks of one launch meeting (cuda/ops/reduce.rs `sync_words`: two u32 per stream,
 // zeroed once, left as found by every launch) ----
 // Grid-wide barrier; only in a cooperative launch (all blocks resident). Self-resetting as

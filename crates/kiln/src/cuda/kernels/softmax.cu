@@ -238,25 +238,6 @@ __device__ void softmax_split(const T* x, T* y, i64 outer, i64 r, i64 bpr, i64 c
 }
 
 // ---- v4: a row over a cluster of C blocks (sm_90+; C set at launch, up to 16) ----
-#define CLUSTER_MAX 16
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define KILN_HAS_CLUSTER 1
-#endif
-
-#ifdef KILN_HAS_CLUSTER
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-__device__ __forceinline__ unsigned cluster_rank() { unsigned r; asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
-__device__ __forceinline__ unsigned cluster_blocks() { unsigned n; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n)); return n; }
-// Stores (a, b) at the address `p` has in block `rank`'s shared memory: posted, made
-// visible to that block by the next cluster barrier (arrive.release / wait.acquire).
-__device__ __forceinline__ void cluster_store2(float* p, unsigned rank, float a, float b) {
-    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote), "f"(a), "f"(b) : "memory");
-}
-#endif
 
 // Row blockIdx.x / C; block (cluster rank) b holds elements [b·chunk, (b+1)·chunk) in
 // registers, V4 groups of four per thread (vector loads), chunk <= blockDim.x·4·V4. Each

@@ -22,6 +22,7 @@ macro_rules! launch_error {
     };
 }
 
+pub mod attention_decode;
 mod copy;
 mod elementwise;
 mod expert_groups;
@@ -71,6 +72,7 @@ macro_rules! kernel_source {
     };
 }
 
+pub(crate) const ATTENTION_DECODE: KernelSource = kernel_source!("attention_decode");
 pub(crate) const COPY: KernelSource = kernel_source!("copy");
 pub(crate) const ELEMENTWISE: KernelSource = kernel_source!("elementwise");
 pub(crate) const INDEX: KernelSource = kernel_source!("index");
@@ -91,6 +93,7 @@ pub(crate) const LINALG_TRSM: KernelSource = kernel_source!("linalg_trsm");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
+    ATTENTION_DECODE,
     COPY,
     ELEMENTWISE,
     INDEX,
