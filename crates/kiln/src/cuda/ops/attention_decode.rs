@@ -13,10 +13,10 @@ use crate::cuda::launch::{dependent_launch, kernel_args, launch, Launch};
 use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::DType;
-use cudarc::driver::DeviceRepr;
 #[cfg(doc)]
 use crate::settings;
+use crate::DType;
+use cudarc::driver::DeviceRepr;
 
 /// Head dims with a compiled kernel.
 pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
@@ -175,7 +175,7 @@ pub fn sdpa(
     };
     let how = Launch {
         cluster: (splits > 1).then_some(splits as u32),
-        after_previous: dependent_launch(&dev),
+        after_previous: dependent_launch(&dev)?,
         ..Launch::default()
     };
     // SAFETY: q, k and v hold the `sh` views at their layouts' offsets and strides (rows of
