@@ -4,7 +4,7 @@
 //! memory bandwidth measured in the same run ([`crate::membw`]): the floor of a step is
 //! the bytes it must read ([`decode::step_bytes`]) over that bandwidth.
 
-use crate::decode::{self, decode_step};
+use crate::decode::{self, decode_step, preset, CPU_PRESETS};
 use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
 use kiln_models::config::Config;
@@ -13,36 +13,8 @@ use kiln_models::Model;
 use serde_json::{json, Value};
 use std::time::Instant;
 
-pub const PRESETS: [&str; 2] = ["qwen3-0.6b", "llama-3.2-1b"];
 const CONTEXTS: [usize; 2] = [128, 1024];
 const STEPS: usize = 16;
-
-/// The config.json of each published checkpoint, as far as decode speed depends on it.
-pub fn preset(name: &str) -> Result<Config> {
-    let json = match name {
-        "qwen3-0.6b" => json!({
-            "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
-            "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
-            "head_dim": 128, "vocab_size": 151936, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
-            "max_position_embeddings": 40960, "tie_word_embeddings": true,
-        }),
-        "llama-3.2-1b" => json!({
-            "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
-            "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "head_dim": 64, "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-            "rope_scaling": { "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192 },
-            "max_position_embeddings": 131072, "tie_word_embeddings": true,
-        }),
-        other => {
-            return Err(kiln::Error::invalid(
-                "bench decode",
-                format!("unknown CPU preset {other:?} ({})", PRESETS.join(", ")),
-            ))
-        }
-    };
-    Config::from_json(&json.to_string()).map_err(|m| kiln::Error::invalid("bench decode", m))
-}
 
 /// Tokens/s of `config` at each context (`steps` timed steps after 2 warm-up steps), and
 /// the share of `bandwidth` (bytes/s) they reach.
@@ -84,11 +56,12 @@ pub fn run_config(config: &Config, contexts: &[usize], steps: usize, bandwidth: 
 
 /// Each CPU preset (or the one `preset_name` names; a GPU preset name runs them all).
 pub fn run(preset_name: &str) -> Result<Value> {
-    let names: Vec<&str> = match PRESETS.iter().find(|p| **p == preset_name) {
-        Some(p) => vec![p],
+    let all: Vec<&str> = CPU_PRESETS.iter().map(|(n, _)| *n).collect();
+    let names = match all.iter().find(|p| **p == preset_name) {
+        Some(p) => vec![*p],
         None => {
-            println!("decode on the CPU: presets {} ({preset_name:?} is a GPU preset)", PRESETS.join(", "));
-            PRESETS.to_vec()
+            println!("decode on the CPU: presets {} ({preset_name:?} is a GPU preset)", all.join(", "));
+            all
         }
     };
     let bandwidth = crate::membw::measure();
@@ -115,7 +88,7 @@ mod tests {
     /// The suite's path with both presets shrunk, against a nominal bandwidth.
     #[test]
     fn shrunk_presets_decode() {
-        for name in PRESETS {
+        for (name, _) in CPU_PRESETS {
             let mut c = preset(name).unwrap();
             (c.hidden_size, c.intermediate_size, c.num_layers, c.vocab_size) = (64, 96, 2, 128);
             (c.num_heads, c.num_kv_heads, c.head_dim) = (4, 2, 16);

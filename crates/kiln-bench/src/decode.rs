@@ -35,12 +35,18 @@ pub const PRESETS: [(&str, &str); 5] = [
     ("lfm2-8b-a1b", include_str!("../../../bench/presets/lfm2-8b-a1b.json")),
     ("qwen3-8b", include_str!("../../../bench/presets/qwen3-8b.json")),
 ];
+/// The small shapes the CPU form of the suite runs (`crate::cpu_decode`).
+pub const CPU_PRESETS: [(&str, &str); 2] = [
+    ("qwen3-0.6b", include_str!("../../../bench/presets/qwen3-0.6b.json")),
+    ("llama-3.2-1b", include_str!("../../../bench/presets/llama-3.2-1b.json")),
+];
 pub const CONTEXTS: [usize; 2] = [512, 4096];
 
-/// The config.json text of preset `name`.
+/// The config.json text of preset `name` (GPU or CPU).
 fn preset_json(name: &str) -> Result<&'static str> {
-    PRESETS.iter().find(|(n, _)| *n == name).map(|(_, json)| *json).ok_or_else(|| {
-        let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+    let all = || PRESETS.iter().chain(&CPU_PRESETS);
+    all().find(|(n, _)| *n == name).map(|(_, json)| *json).ok_or_else(|| {
+        let names: Vec<&str> = all().map(|(n, _)| *n).collect();
         kiln::Error::invalid("bench decode", format!("unknown preset {name:?} ({})", names.join(", ")))
     })
 }

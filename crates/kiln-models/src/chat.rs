@@ -17,15 +17,21 @@ pub const FUEL: u64 = 5_000_000;
 /// Bytes a render may write.
 pub const MAX_OUTPUT: usize = 16 << 20;
 
-/// The rendered text, refusing to grow past [`MAX_OUTPUT`].
-struct BoundedOutput(Vec<u8>);
+/// The rendered text, refusing to grow past [`MAX_OUTPUT`]; `overflowed` says why a write
+/// failed (minijinja reports only "failed to write output").
+#[derive(Default)]
+struct BoundedOutput {
+    text: Vec<u8>,
+    overflowed: bool,
+}
 
 impl std::io::Write for BoundedOutput {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.0.len() + buf.len() > MAX_OUTPUT {
-            return Err(std::io::Error::other(format!("the rendered prompt would pass {MAX_OUTPUT} bytes")));
+        if self.text.len() + buf.len() > MAX_OUTPUT {
+            self.overflowed = true;
+            return Err(std::io::Error::other("output bound"));
         }
-        self.0.extend_from_slice(buf);
+        self.text.extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -111,9 +117,17 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
-        let mut out = BoundedOutput(Vec::new());
-        tmpl.render_captured_to(ctx, &mut out).map_err(err)?;
-        String::from_utf8(out.0).map_err(|e| Error::invalid("chat template", e.to_string()))
+        let mut out = BoundedOutput::default();
+        if let Err(e) = tmpl.render_captured_to(ctx, &mut out) {
+            return Err(match out.overflowed {
+                true => Error::invalid(
+                    "chat template",
+                    format!("the rendered prompt would pass {MAX_OUTPUT} bytes"),
+                ),
+                false => err(e),
+            });
+        }
+        String::from_utf8(out.text).map_err(|e| Error::invalid("chat template", e.to_string()))
     }
 }
 

@@ -31,11 +31,14 @@ impl Tokenizer {
     pub fn from_json(text: &str, path: &Path) -> Result<Self> {
         let file_err = |msg: String| Error::File { path: path.display().to_string(), msg };
         let json: Value = serde_json::from_str(text).map_err(|e| file_err(e.to_string()))?;
+        let post = json.get("post_processor").unwrap_or(&Value::Null);
+        // Ids past u32 fail the crate's own parser with a message that names no key: check
+        // them first, then against the vocabulary once it is known.
+        check_post_processor(post, u32::MAX as usize).map_err(file_err)?;
         let mut inner = contained(|| text.parse::<tokenizers::Tokenizer>())
             .and_then(|r| r.map_err(|e| e.to_string()))
             .map_err(file_err)?;
-        let vocab = inner.get_vocab_size(true);
-        check_post_processor(json.get("post_processor").unwrap_or(&Value::Null), vocab).map_err(file_err)?;
+        check_post_processor(post, inner.get_vocab_size(true)).map_err(file_err)?;
         // kiln encodes one sequence at a time: padding would only append pad tokens.
         inner.with_padding(None);
         let tok = Tokenizer { inner, path: path.to_path_buf() };
@@ -94,7 +97,10 @@ fn check_post_processor(p: &Value, vocab: usize) -> std::result::Result<(), Stri
                 let ids = t.get("ids").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
                 let tokens = t.get("tokens").and_then(Value::as_array).map_or(0, Vec::len);
                 if ids.len() != tokens || !ids.iter().all(|i| id_ok(i.as_u64())) {
-                    return bad(format!("special token {name:?} has ids {ids:?} for {tokens} tokens"));
+                    return bad(format!(
+                        "special token {name:?} has ids {} for {tokens} tokens",
+                        Value::from(ids)
+                    ));
                 }
             }
             for piece in ["single", "pair"].iter().filter_map(|k| p.get(k)?.as_array()).flatten() {

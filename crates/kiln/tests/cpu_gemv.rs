@@ -44,7 +44,7 @@ fn kernel_matches_f64_reference() {
 }
 
 /// Through `Tensor::linear` on random inputs: the GEMV rows (1 and MAX_ROWS) and the GEMM
-/// rows (MAX_ROWS + 1) agree with f64, in f32 and (rounded once) in bf16.
+/// rows (MAX_ROWS + 1) agree with f64, in f32 and in bf16 (the GEMV rounded once).
 #[test]
 fn linear_takes_the_fast_path_and_agrees_with_f64() {
     let (k, n) = (45, 33);
@@ -69,7 +69,10 @@ fn linear_takes_the_fast_path_and_agrees_with_f64() {
             n,
         );
         let y = xb.linear(&wb, Some(&bb)).unwrap().to_dtype(DType::F32).unwrap();
-        close(&y.to_vec::<f32>().unwrap(), &want, 2f64.powi(-8));
+        // The GEMV rounds once; the reference GEMM rounds the product, then the sum with
+        // the bias: one bf16 step more.
+        let tol = if rows > MAX_ROWS { 2f64.powi(-7) } else { 2f64.powi(-8) };
+        close(&y.to_vec::<f32>().unwrap(), &want, tol);
     }
 }
 
