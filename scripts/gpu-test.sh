@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root, over binaries staged by stage-gpu.sh, and
 # ends with a short table. Every step has a time limit so one hang cannot eat the call.
-# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all] ...   (default: tests bench)
+# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all|suite:NAME|decode:PRESET] ...
+#   (default: tests bench). KILN_GPU_ONLY=REGEX keeps the test binaries and kernel families
+#   (sanitize) whose names match it.
 #   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
 #             kiln generate on the fixture llama
 #   bench:    `kiln bench` (the default set: every suite, PyTorch peers in the same call)
@@ -9,6 +11,8 @@
 #   sanitize: compute-sanitizer memcheck over every gpu_* binary, racecheck over the cases of
 #             every kernel family that uses shared memory (RACECHECK below)
 #   profile:  ncu over the reductions suite's small-row kernels and the fp8 decode kernel
+#   suite:NAME     one `kiln bench --suite NAME` with its PyTorch peer
+#   decode:PRESET  `kiln bench --suite decode --preset PRESET` with its PyTorch peer
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
 set -uo pipefail
@@ -20,6 +24,8 @@ mkdir -p "$OUT" "$LOG" "$RES"
 export KILN_FIXTURES="$PWD/.gpu/fixtures" KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT="$(cat .gpu/COMMIT)"
 export KILN_BENCH_DIR="$PWD/.gpu"
 declare -a rows
+ONLY=${KILN_GPU_ONLY:-.}
+wanted() { [[ "$1" =~ $ONLY ]]; }
 run() { # name, seconds, command...
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s%N)
@@ -36,6 +42,7 @@ tests() {
   run info 60 .gpu/kiln info
   for t in .gpu/tests/*; do
     n=$(basename "$t")
+    wanted "$n" || continue
     case "$n" in gpu_*) run "$n" 300 "$t";; *) run "$n" 300 "$t" --test-threads=8;; esac
   done
   run check_cuda 300 .gpu/kiln check --fixtures .gpu/fixtures --device cuda
@@ -68,11 +75,13 @@ profile() {
 # family whose source uses shared memory (stage-gpu.sh lists them in shared_kernels.txt)
 # with the parity cases that launch it. A family missing here fails the step by name.
 declare -A RACECHECK=(
+  [attention_decode]="gpu_attention shapes device_length"
   [bincount]="gpu_reductions bincount"
   [expert_groups]="gpu_linear expert_groups"
   [fp8_gemm]="gpu_fp8 own_gemm"
   [fp8_linear]="gpu_fp8 decode_kernel w8a16"
   [gemv]="gpu_linear shapes"
+  [linalg_trsm]="gpu_linalg solve_triangular"
   [grouped_mm]="gpu_linear grouped"
   [reduce]="gpu_reductions var_mean mse_loss"
   [scaled_mm]="gpu_fp8 layouts"
@@ -81,11 +90,13 @@ declare -A RACECHECK=(
 )
 sanitize() {
   for t in .gpu/tests/gpu_*; do
+    wanted "$(basename "$t")" || continue
     # gpu_limits runs the device out of memory on purpose: that API error is its subject.
     local api=(); [ "$(basename "$t")" = gpu_limits ] && api=(--report-api-errors no)
     run "memcheck_$(basename "$t")" 300 compute-sanitizer --tool memcheck "${api[@]}" --error-exitcode 9 "$t"
   done
   for family in $(cat .gpu/shared_kernels.txt); do
+    wanted "$family" || continue
     local cases=${RACECHECK[$family]:-}
     if [ -z "$cases" ]; then
       run "racecheck_$family" 5 sh -c "echo 'FAIL  racecheck: no case listed for $family (gpu-test.sh RACECHECK)'; exit 9"
@@ -101,6 +112,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 modes=("$@"); [ ${#modes[@]} -eq 0 ] && modes=(tests bench)
 for m in "${modes[@]}"; do
   case "$m" in tests) tests;; bench) bench;; sanitize) sanitize;; profile) profile;; all) tests; bench; sanitize;;
+    suite:*) run "${m/:/_}" 300 .gpu/kiln bench --suite "${m#suite:}" --json "$RES/${m#suite:}.json";;
+    decode:*) run "${m/:/_}" 400 .gpu/kiln bench --suite decode --preset "${m#decode:}" --json "$RES/decode-${m#decode:}.json";;
     *) echo "unknown mode $m"; exit 2;; esac
 done
 grep -h "^FAIL\|panicked" "$LOG"/*.log | head -30 | cut -c1-200
