@@ -10,8 +10,11 @@
 //!
 //! Each step is what `kiln generate` does per token: forward one token over the KV
 //! cache, LM head, on-device argmax, 8-byte read of the token (which syncs, so wall time
-//! per step is device time plus launch gaps). Eager, not graph-replayed. Before decoding,
-//! one forward over a 512-token prompt from an empty cache is timed (`prompt`).
+//! per step is device time plus launch gaps). On CUDA each context is timed twice: eager
+//! (kernels queued one by one) and with the step captured once as a CUDA graph and
+//! replayed (`graph`, what `kiln generate` runs; the graph's node count is the kernels and
+//! copies per token). Before decoding, one forward over a 512-token prompt from an empty
+//! cache is timed (`prompt`).
 
 use crate::peaks::{self, gib, Peaks};
 use crate::peer::Want;
@@ -19,6 +22,7 @@ use crate::report::provenance;
 use kiln::{DType, Device, Result, Tensor};
 use kiln_models::config::{Config, MixerKind};
 use kiln_models::kv_cache::KvCache;
+use kiln_models::graph_decode::{self, GraphStep};
 use kiln_models::sampling::{Sampler, SamplingParams};
 use kiln_models::{Model, Quantize};
 use serde_json::{json, Map, Value};
@@ -147,7 +151,8 @@ pub fn run_config(
     let t0 = Instant::now();
     let model = Model::random_quantized(config.clone(), device, dtype, 1, quantize)?;
     let warmup = WARMUP;
-    let capacity = contexts.iter().max().copied().unwrap_or(1) + warmup + steps;
+    // Room for the steps past the largest context, and the graph's warm-up step.
+    let capacity = contexts.iter().max().copied().unwrap_or(1) + warmup + steps + 1;
     let mut cache = model.new_cache(1, capacity)?;
     let mut sampler = Sampler::new(SamplingParams::greedy(), capacity, device)?;
     let mut token = Tensor::from_vec(vec![1i64], &[1], device)?;
@@ -166,44 +171,27 @@ pub fn run_config(
     );
     let prompt =
         prompt_pass(&model, &mut cache, device, contexts.iter().copied().min().unwrap_or(1).min(PROMPT))?;
+    let floor = |ctx| bandwidth / step_bytes(&config, ctx, dtype.size(), linear_elem);
     let mut results = vec![];
     for &ctx in contexts {
         // The cached values do not change the cost: only the length matters.
         cache.set_len(ctx.saturating_sub(warmup + 1))?;
-        for _ in 0..warmup {
-            decode_step(&model, &mut cache, &mut sampler, &mut token)?;
-        }
-        let mut ms = Vec::with_capacity(steps);
-        let bar = crate::progress::bar(steps, &format!("context {ctx}"));
-        let t = Instant::now();
-        for _ in 0..steps {
-            let s = Instant::now();
-            decode_step(&model, &mut cache, &mut sampler, &mut token)?;
-            ms.push(s.elapsed().as_secs_f64() * 1e3);
-            bar.inc(1);
-        }
-        let secs = t.elapsed().as_secs_f64();
-        bar.finish_and_clear();
-        ms.sort_by(f64::total_cmp);
-        let tps = steps as f64 / secs;
-        let floor_tps = bandwidth / step_bytes(&config, ctx, dtype.size(), linear_elem);
-        println!(
-            "  context {ctx:>5}: {tps:8.1} tokens/s  (median {:.2} ms/token; bandwidth floor {floor_tps:.0} tokens/s, {:.0}%)",
-            ms[ms.len() / 2],
-            100.0 * tps / floor_tps
-        );
-        results.push(json!({
-            "context": ctx, "steps": steps, "warmup": warmup, "tokens_per_s": tps,
-            "median_ms_per_token": ms[ms.len() / 2], "min_ms": ms[0], "max_ms": ms[ms.len() - 1],
-            "floor_tokens_per_s": floor_tps, "fraction_of_floor": tps / floor_tps,
-        }));
+        let step = || decode_step(&model, &mut cache, &mut sampler, &mut token);
+        results.push(timed("eager", ctx, warmup, steps, floor(ctx), step)?);
     }
+    let graph = if device.is_cuda() {
+        graph_steps(&model, &mut cache, &mut sampler, contexts, steps, &floor).unwrap_or_else(|e| {
+            println!("  graph: not captured: {e}");
+            json!({ "error": e.to_string() })
+        })
+    } else {
+        Value::Null
+    };
     let memory = peaks::report(peaks, "memory");
     let linear_weights = if quantize == Quantize::Fp8 { "fp8" } else { dtype.name() };
     Ok(json!({
         "dtype": dtype.name(),
         "linear_weights": linear_weights,
-        "mode": "eager",
         "batch": 1,
         "build_secs": build_secs,
         "weight_bytes": w.total,
@@ -212,8 +200,79 @@ pub fn run_config(
         "kv_cache_bytes": cache.nbytes(),
         "prompt": prompt,
         "decode": results,
+        "graph": graph,
         "memory": memory,
     }))
+}
+
+/// `steps` calls of `step` after `warmup` untimed ones, at context `ctx`: tokens/s over the
+/// wall time, the per-step median, and the share of `floor` (tokens/s).
+fn timed(
+    mode: &str,
+    ctx: usize,
+    warmup: usize,
+    steps: usize,
+    floor: f64,
+    mut step: impl FnMut() -> Result<()>,
+) -> Result<Value> {
+    for _ in 0..warmup {
+        step()?;
+    }
+    let mut ms = Vec::with_capacity(steps);
+    let bar = crate::progress::bar(steps, &format!("{mode} context {ctx}"));
+    let t = Instant::now();
+    for _ in 0..steps {
+        let s = Instant::now();
+        step()?;
+        ms.push(s.elapsed().as_secs_f64() * 1e3);
+        bar.inc(1);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    ms.sort_by(f64::total_cmp);
+    let tps = steps as f64 / secs;
+    println!(
+        "  {mode:<5} context {ctx:>5}: {tps:8.1} tokens/s  (median {:.2} ms/token; bandwidth floor {floor:.0} tokens/s, {:.0}%)",
+        ms[ms.len() / 2],
+        100.0 * tps / floor
+    );
+    Ok(json!({
+        "mode": mode, "context": ctx, "steps": steps, "warmup": warmup, "tokens_per_s": tps,
+        "median_ms_per_token": ms[ms.len() / 2], "min_ms": ms[0], "max_ms": ms[ms.len() - 1],
+        "floor_tokens_per_s": floor, "fraction_of_floor": tps / floor,
+    }))
+}
+
+/// The decode step captured once as a CUDA graph (`kiln generate`'s default on CUDA) and
+/// replayed at every context, no re-capture: per step one replay and the 8-byte token read,
+/// as the eager steps. With the nodes (kernels and copies) one replay launches.
+fn graph_steps(
+    model: &Model,
+    cache: &mut KvCache,
+    sampler: &mut Sampler,
+    contexts: &[usize],
+    steps: usize,
+    floor: &dyn Fn(usize) -> f64,
+) -> Result<Value> {
+    let device = model.device();
+    let token = Tensor::from_vec(vec![1i64], &[1, 1], device)?;
+    cache.track_on_device()?;
+    cache.set_len(contexts.first().copied().unwrap_or(1).saturating_sub(WARMUP + 2))?;
+    // One eager step with the length on the device loads what the captured step launches.
+    graph_decode::step(model, cache, sampler, &token)?;
+    let g = GraphStep::capture(model, cache, sampler, &token)?;
+    let nodes = g.nodes()?;
+    println!("  graph: {nodes} nodes per step");
+    let mut out = vec![];
+    for &ctx in contexts {
+        cache.set_len(ctx.saturating_sub(WARMUP + 1))?;
+        let step = || {
+            g.replay(cache)?;
+            g.token().to_vec::<i64>().map(drop)
+        };
+        out.push(timed("graph", ctx, WARMUP, steps, floor(ctx), step)?);
+    }
+    Ok(json!({ "nodes_per_step": nodes, "decode": out }))
 }
 
 /// Tokens of the timed prompt (capped at the smallest context).
@@ -347,8 +406,8 @@ fn print_side_by_side(out: &Map<String, Value>, bandwidth: f64) {
         bandwidth / 1e9
     );
     println!(
-        "{:<22} {:>5} {:>6} {:>14} {:>14} {:>14} {:>14}",
-        "preset", "ctx", "floor", "kiln", "torch eager", "torch graph", "torch compiled"
+        "{:<22} {:>5} {:>6} {:>14} {:>14} {:>14} {:>14} {:>14}",
+        "preset", "ctx", "floor", "kiln eager", "kiln graph", "torch eager", "torch graph", "torch compiled"
     );
     let cell = |tps: Option<f64>, floor: f64| match tps {
         Some(t) => format!("{t:.1} {:>3.0}%", 100.0 * t / floor),
@@ -366,10 +425,17 @@ fn print_side_by_side(out: &Map<String, Value>, bandwidth: f64) {
                     .and_then(|d| d["tokens_per_s"].as_f64())
             };
             let [eager, graph, compiled] = TORCH_MODES.map(|m| cell(torch(m), floor));
+            let kiln_graph = v["graph"]["decode"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|d| d["context"] == k["context"])
+                .and_then(|d| d["tokens_per_s"].as_f64());
             println!(
-                "{name:<22} {:>5} {floor:>6.0} {:>14} {eager:>14} {graph:>14} {compiled:>14}",
+                "{name:<22} {:>5} {floor:>6.0} {:>14} {:>14} {eager:>14} {graph:>14} {compiled:>14}",
                 k["context"],
-                cell(k["tokens_per_s"].as_f64(), floor)
+                cell(k["tokens_per_s"].as_f64(), floor),
+                cell(kiln_graph, floor)
             );
         }
     }

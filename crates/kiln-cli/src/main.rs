@@ -269,6 +269,10 @@ struct GenerateArgs {
     /// stored as float8_e4m3fn with weight_scale / weight_scale_inv) load as FP8 anyway.
     #[arg(long, default_value = "none")]
     quantize: String,
+    /// Queue every decode step's kernels one by one instead of replaying one captured CUDA
+    /// graph per step (what greedy decoding on CUDA does by default).
+    #[arg(long)]
+    eager: bool,
     /// 0 = greedy (default: generation_config.json's when it samples, else greedy).
     #[arg(long)]
     temperature: Option<f64>,
@@ -355,6 +359,7 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         max_tokens: a.max_tokens,
         sampling,
         eos_token_ids: gcfg.eos_token_ids,
+        eager: a.eager,
     };
     let mut stream = tok.stream();
     let mut out = std::io::stdout();
@@ -368,13 +373,14 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!(
-        "{}{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s",
+        "{}{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s ({})",
         dtype,
         if w.fp8 > 0 { " (fp8 weights)" } else { "" },
         stats.prompt_tokens,
         stats.prefill_tokens_per_sec(),
         stats.decode_steps,
-        stats.decode_tokens_per_sec()
+        stats.decode_tokens_per_sec(),
+        if stats.graph { "CUDA graph" } else { "eager" }
     );
     Ok(ExitCode::SUCCESS)
 }

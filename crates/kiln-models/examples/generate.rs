@@ -5,7 +5,7 @@
 
 use kiln::{DType, Device};
 use kiln_models::tokenizer::Tokenizer;
-use kiln_models::{GenerateOptions, GenerationConfig, Model, SamplingParams};
+use kiln_models::{GenerateOptions, GenerationConfig, Model};
 use std::io::Write;
 
 fn main() -> kiln::Result<()> {
@@ -19,7 +19,7 @@ fn main() -> kiln::Result<()> {
     let ids = tok.encode(&prompt, true)?;
     let model = Model::load(&dir, device, DType::BF16)?;
     let eos_token_ids = GenerationConfig::load(&dir, &model.config)?.eos_token_ids;
-    let opts = GenerateOptions { max_tokens: 32, sampling: SamplingParams::greedy(), eos_token_ids };
+    let opts = GenerateOptions::greedy(32, eos_token_ids);
 
     let mut text = tok.stream();
     print!("{prompt}");

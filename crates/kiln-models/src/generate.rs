@@ -1,7 +1,11 @@
-//! Prefill then decode with a pre-allocated KV cache.
+//! Prefill then decode with a pre-allocated KV cache; on CUDA the decode steps replay one
+//! captured CUDA graph (`graph_decode`).
 
+use crate::graph_decode::{self, GraphStep};
+use crate::kv_cache::KvCache;
 use crate::llama::Model;
 use crate::sampling::{Sampler, SamplingParams};
+use kiln::cuda::Readback;
 use kiln::{Error, Result, Tensor};
 use std::time::Instant;
 
@@ -11,6 +15,16 @@ pub struct GenerateOptions {
     pub sampling: SamplingParams,
     /// Generation stops after any of these (it is still passed to `on_token`).
     pub eos_token_ids: Vec<u32>,
+    /// Decode step by step as kernels are queued, never as a replayed CUDA graph (which
+    /// greedy decoding on CUDA uses otherwise). The CPU always decodes eagerly.
+    pub eager: bool,
+}
+
+impl GenerateOptions {
+    /// Greedy decoding of up to `max_tokens` tokens, stopping after any of `eos_token_ids`.
+    pub fn greedy(max_tokens: usize, eos_token_ids: Vec<u32>) -> Self {
+        GenerateOptions { max_tokens, sampling: SamplingParams::greedy(), eos_token_ids, eager: false }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -22,6 +36,8 @@ pub struct GenerateStats {
     /// Forward passes after the prefill, and their time.
     pub decode_steps: usize,
     pub decode_secs: f64,
+    /// Whether the decode steps after the first replayed a CUDA graph.
+    pub graph: bool,
 }
 
 impl GenerateStats {
@@ -45,12 +61,18 @@ fn read_token(t: &Tensor) -> Result<u32> {
 /// Host synchronisation, all of it:
 /// - prefill: Qwen3-MoE layers read their top-k expert indices once per layer (the
 ///   grouped expert path, see `qwen3_moe`); dense models do not sync in the prefill;
-/// - each step (the prefill's last position, then each decode step): one 8-byte read of
-///   the sampled token id, after greedy argmax or the sampling draw on the device.
+/// - each step: one 8-byte read of the sampled token id, after greedy argmax or the
+///   sampling draw on the device.
 ///
 /// Nothing else goes to the host: the sampled token stays on the device as the next
 /// step's input, the KV cache is written in place, MoE routing in decode uses the
 /// device-side indices, and the prompt upload (host to device) does not wait.
+///
+/// Greedy decoding on CUDA (unless `opts.eager`) runs the first decode step eagerly, then
+/// captures the step once and replays it ([`GraphStep`]); token t is read while step t + 1
+/// already runs, so a stop on EOS or on `max_tokens` discards one step's work. A step that
+/// cannot be captured (see [`GraphStep::capture`]) leaves the loop eager, saying why in a
+/// warning.
 pub fn generate(
     model: &Model,
     prompt: &[u32],
@@ -61,7 +83,8 @@ pub fn generate(
         return Err(Error::invalid("generate", "the prompt has no tokens"));
     }
     let device = model.device();
-    let capacity = prompt.len() + opts.max_tokens;
+    // One position to spare: the graph loop queues a step past the last token it keeps.
+    let capacity = prompt.len() + opts.max_tokens + 1;
     let mut cache = model.new_cache(1, capacity)?;
     let mut sampler = Sampler::new(opts.sampling.clone(), capacity, device)?;
     let mut stats = GenerateStats { prompt_tokens: prompt.len(), ..Default::default() };
@@ -74,22 +97,69 @@ pub fn generate(
     let ids = Tensor::from_vec(ids, &[1, prompt.len()], device)?;
     sampler.observe(&ids)?;
     let hidden = model.forward(&ids, &mut cache)?;
-    let mut token = sampler.sample(&model.logits(&hidden.narrow(1, prompt.len() - 1, 1)?)?)?;
+    let token = sampler.sample(&model.logits(&hidden.narrow(1, prompt.len() - 1, 1)?)?)?.reshape(&[1, 1])?;
     let mut id = read_token(&token)?;
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    loop {
+    let use_graph = device.is_cuda() && !opts.eager && sampler.is_greedy();
+    if use_graph {
+        cache.track_on_device()?;
+    }
+    let mut keep = |id: u32, stats: &mut GenerateStats| -> Result<bool> {
         stats.tokens.push(id);
         on_token(id)?;
-        if opts.eos_token_ids.contains(&id) || stats.tokens.len() == opts.max_tokens {
+        Ok(opts.eos_token_ids.contains(&id) || stats.tokens.len() == opts.max_tokens)
+    };
+    loop {
+        if keep(id, &mut stats)? {
             break;
         }
-        let hidden = model.forward(&token.reshape(&[1, 1])?, &mut cache)?;
-        token = sampler.sample(&model.logits(&hidden)?)?;
+        graph_decode::step(model, &mut cache, &mut sampler, &token)?;
         id = read_token(&token)?;
         stats.decode_steps += 1;
+        if use_graph && !stats.graph {
+            // The eager step above loaded every kernel: capture from here on.
+            match GraphStep::capture(model, &mut cache, &mut sampler, &token) {
+                Ok(g) => {
+                    stats.graph = true;
+                    if keep(id, &mut stats)? {
+                        break;
+                    }
+                    replay_loop(&g, &mut cache, &mut stats, &mut keep)?;
+                    break;
+                }
+                Err(e) => tracing::warn!("decode runs eagerly: the step could not be captured ({e})"),
+            }
+        }
     }
     stats.decode_secs = t1.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// Replays `g` until `keep` says stop, reading each step's token while the next one runs.
+fn replay_loop(
+    g: &GraphStep,
+    cache: &mut KvCache,
+    stats: &mut GenerateStats,
+    keep: &mut impl FnMut(u32, &mut GenerateStats) -> Result<bool>,
+) -> Result<()> {
+    let dev = kiln::cuda::device_of(g.token().device())?;
+    let mut slots = [Readback::new(&dev, 8)?, Readback::new(&dev, 8)?];
+    let queue = |slot: &mut Readback, cache: &mut KvCache| -> Result<()> {
+        g.replay(cache)?;
+        slot.queue(g.token())
+    };
+    queue(&mut slots[0], cache)?;
+    loop {
+        // The cache has a position to spare for the step queued past the last kept token.
+        queue(&mut slots[1], cache)?;
+        let id = i64::from_le_bytes(slots[0].wait()?[..8].try_into().expect("8-byte slot")) as u32;
+        stats.decode_steps += 1;
+        if keep(id, stats)? {
+            break;
+        }
+        slots.swap(0, 1);
+    }
+    Ok(())
 }

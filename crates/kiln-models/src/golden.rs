@@ -4,7 +4,6 @@
 
 use crate::generate::{generate, GenerateOptions};
 use crate::llama::Model;
-use crate::sampling::SamplingParams;
 use kiln::{DType, Device, Result, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -69,11 +68,7 @@ pub fn check(dir: &Path, device: Device, dtype: DType) -> Result<GoldenReport> {
     let max_logit_err = diff.max(&[], false)?.item()?;
 
     let prompt: Vec<u32> = input.to_vec::<i64>()?.into_iter().map(|i| i as u32).collect();
-    let opts = GenerateOptions {
-        max_tokens: want_greedy.len(),
-        sampling: SamplingParams::greedy(),
-        eos_token_ids: vec![],
-    };
+    let opts = GenerateOptions::greedy(want_greedy.len(), vec![]);
     let greedy = generate(&model, &prompt, &opts, |_| Ok(()))?.tokens;
     Ok(GoldenReport { max_logit_err, greedy, want_greedy })
 }

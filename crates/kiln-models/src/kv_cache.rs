@@ -6,6 +6,11 @@
 //! Short-convolution layers (LFM2) and Gated DeltaNet layers (Qwen3.5) keep their states
 //! here too: the last `kernel - 1` inputs of their convolution, `[B, kernel - 1,
 //! channels]`, and the DeltaNet's recurrent state, overwritten each step.
+//!
+//! For decode steps captured in a CUDA graph ([`KvCache::track_on_device`]) the length also
+//! lives on the device: a one-token step reads its position there, writes its keys and
+//! values at it, attends over the whole cache with the device length as the key count, and
+//! advances it, so the same captured step serves every position.
 
 use kiln::{DType, Device, Error, Result, Tensor};
 
@@ -16,6 +21,30 @@ pub struct KvCache {
     recurrent: Vec<Tensor>,
     len: usize,
     capacity: usize,
+    device_len: Option<DeviceLen>,
+}
+
+/// The length on the device, for captured steps.
+struct DeviceLen {
+    /// Positions filled, i32 `[1]`.
+    len: Tensor,
+    /// Flat offset of position 0 of every (batch, kv head, dim) of a layer's key (or value)
+    /// cache, i64, in that order: a step writes at `base + len · head_dim`.
+    base: Tensor,
+    head_dim: usize,
+    /// The step under way, between [`KvCache::begin_step`] and [`KvCache::advance`].
+    step: Option<DeviceStep>,
+}
+
+/// A one-token step's position on the device.
+#[derive(Clone)]
+pub struct DeviceStep {
+    /// The new token's position, i64 `[1]` (rotary tables are indexed by it).
+    pub position: Tensor,
+    /// Keys to attend to, `len + 1`, i32 `[1]` (`Sdpa::kv_len`).
+    pub kv_len: Tensor,
+    /// Where the step's keys and values go in the flattened cache, i64.
+    index: Tensor,
 }
 
 impl KvCache {
@@ -30,7 +59,15 @@ impl KvCache {
     ) -> Result<Self> {
         let shape = [batch, kv_heads, capacity, head_dim];
         let mk = || (0..layers).map(|_| Tensor::zeros(&shape, dtype, device)).collect::<Result<Vec<_>>>();
-        Ok(KvCache { keys: mk()?, values: mk()?, conv: vec![], recurrent: vec![], len: 0, capacity })
+        Ok(KvCache {
+            keys: mk()?,
+            values: mk()?,
+            conv: vec![],
+            recurrent: vec![],
+            len: 0,
+            capacity,
+            device_len: None,
+        })
     }
 
     /// Adds one convolution state per shape, `[batch, taps − 1, channels]`, in the order of
@@ -81,8 +118,8 @@ impl KvCache {
     }
 
     /// Forgets the contents (a new sequence reuses the memory).
-    pub fn clear(&mut self) {
-        self.len = 0;
+    pub fn clear(&mut self) -> Result<()> {
+        self.set_len(0)
     }
 
     /// Pretends positions `0..len` are filled (benchmarks of decode at a given context
@@ -92,6 +129,64 @@ impl KvCache {
             return Err(Error::IndexOutOfRange { op: "kv_cache", index: len as i64, size: self.capacity });
         }
         self.len = len;
+        self.upload_len()
+    }
+
+    /// Keeps the length on the device from now on, so that one-token steps can be captured
+    /// in a CUDA graph and replayed at later positions (see the module docs).
+    pub fn track_on_device(&mut self) -> Result<()> {
+        if self.device_len.is_some() {
+            return Ok(());
+        }
+        let Some(k) = self.keys.first() else {
+            return Err(Error::invalid("kv_cache", "a model without attention layers has no length to track"));
+        };
+        let &[b, h, cap, d] = k.shape() else { unreachable!("keys are [B, kv_heads, capacity, head_dim]") };
+        let base: Vec<i64> =
+            (0..b * h).flat_map(|bh| (0..d).map(move |j| ((bh * cap * d) + j) as i64)).collect();
+        let device = k.device();
+        self.device_len = Some(DeviceLen {
+            len: Tensor::zeros(&[1], DType::I32, device)?,
+            base: Tensor::from_vec(base, &[b * h * d], device)?,
+            head_dim: d,
+            step: None,
+        });
+        self.upload_len()
+    }
+
+    /// Writes the host's length to the device's (not during a capture: it is a host copy).
+    fn upload_len(&mut self) -> Result<()> {
+        if let Some(dl) = &self.device_len {
+            let host = Tensor::from_vec(vec![self.len as i32], &[1], kiln::Device::Cpu)?;
+            dl.len.copy_(&host.to_device(dl.len.device())?)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a step of `t` positions. With the length on the device and one token, returns
+    /// that token's position there, which attention layers then use
+    /// ([`device_step`](KvCache::device_step)); otherwise `None` (positions from the host).
+    pub fn begin_step(&mut self, t: usize) -> Result<Option<DeviceStep>> {
+        self.step_end(t)?;
+        let Some(dl) = self.device_len.as_mut().filter(|_| t == 1) else { return Ok(None) };
+        let position = dl.len.to_dtype(DType::I64)?;
+        let step = DeviceStep {
+            kv_len: dl.len.add_scalar(1.0)?,
+            index: dl.base.add(&position.mul_scalar(dl.head_dim as f64)?)?,
+            position,
+        };
+        dl.step = Some(step.clone());
+        Ok(Some(step))
+    }
+
+    /// The step under way when its position is on the device.
+    pub fn device_step(&self) -> Option<&DeviceStep> {
+        self.device_len.as_ref().and_then(|d| d.step.as_ref())
+    }
+
+    /// One replay of a captured step has run: it advanced the device's length itself.
+    pub fn count_replayed_step(&mut self) -> Result<()> {
+        self.len = self.step_end(1)?;
         Ok(())
     }
 
@@ -110,10 +205,17 @@ impl KvCache {
     /// Writes `k`, `v` `[B, kv_heads, T, D]` at positions `len..len+T` of attention layer
     /// `layer` and returns views of positions `0..len+T`. The length stays until
     /// [`advance`](KvCache::advance), so every layer of a step sees the same positions.
+    /// In a step whose position is on the device, the writes go there and the views are the
+    /// whole cache (attend with [`DeviceStep::kv_len`]).
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (kc, vc) = (&self.keys[layer], &self.values[layer]);
+        if let Some(step) = self.device_step() {
+            kc.put_(&step.index, k, false)?;
+            vc.put_(&step.index, v, false)?;
+            return Ok((kc.clone(), vc.clone()));
+        }
         let t = k.size(2)?;
         let end = self.step_end(t)?;
-        let (kc, vc) = (&self.keys[layer], &self.values[layer]);
         kc.narrow(2, self.len, t)?.copy_(k)?;
         vc.narrow(2, self.len, t)?.copy_(v)?;
         Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
@@ -130,10 +232,15 @@ impl KvCache {
         Ok(window)
     }
 
-    /// Ends a step of `t` positions: they count as filled from now on.
+    /// Ends a step of `t` positions: they count as filled from now on (on the device too,
+    /// where the length is kept there).
     pub fn advance(&mut self, t: usize) -> Result<()> {
         self.len = self.step_end(t)?;
-        Ok(())
+        match self.device_len.as_mut().map(|d| (d.step.take(), &d.len)) {
+            Some((Some(step), len)) => len.copy_(&step.kv_len),
+            Some((None, _)) => self.upload_len(),
+            None => Ok(()),
+        }
     }
 
     /// Bytes held by the cache.

@@ -309,15 +309,27 @@ impl Rope {
 
     /// Rotates `x` `[B, heads, T, D]` whose tokens sit at positions `pos..pos+T`.
     pub fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
-        let (t, d, r) = (x.size(-2)?, x.size(-1)?, self.cos.shape()[1]);
-        if r < d {
-            let turned = self.apply(&x.narrow(-1, 0, r)?, pos)?;
-            return Tensor::cat(&[turned, x.narrow(-1, r, d - r)?], -1);
-        }
-        let (cos, sin) = (self.cos.narrow(0, pos, t)?, self.sin_signed.narrow(0, pos, t)?);
-        let swapped = Tensor::cat(&[x.narrow(-1, d / 2, d / 2)?, x.narrow(-1, 0, d / 2)?], -1)?;
-        x.mul(&cos)?.add(&swapped.mul(&sin)?)
+        let t = x.size(-2)?;
+        rotate(x, &self.cos.narrow(0, pos, t)?, &self.sin_signed.narrow(0, pos, t)?)
     }
+
+    /// Rotates `x` `[B, heads, 1, D]` whose token's position is read on the device from
+    /// `position` (int `[1]`): a captured step turns its token by wherever it is replayed.
+    pub fn apply_at(&self, x: &Tensor, position: &Tensor) -> Result<Tensor> {
+        rotate(x, &self.cos.index_select(0, position)?, &self.sin_signed.index_select(0, position)?)
+    }
+}
+
+/// `x · cos + swap_halves(x) · sin_signed` over the first `rotary_dim` dims of `x` (the
+/// tables' width); the rest pass through.
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let (d, r) = (x.size(-1)?, cos.size(-1)?);
+    if r < d {
+        let turned = rotate(&x.narrow(-1, 0, r)?, cos, sin)?;
+        return Tensor::cat(&[turned, x.narrow(-1, r, d - r)?], -1);
+    }
+    let swapped = Tensor::cat(&[x.narrow(-1, d / 2, d / 2)?, x.narrow(-1, 0, d / 2)?], -1)?;
+    x.mul(cos)?.add(&swapped.mul(sin)?)
 }
 
 /// Grouped-query attention with an optional RMS norm of each query and key head (Qwen3)
@@ -377,12 +389,17 @@ impl Attention {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
         }
-        let q = rope.apply(&q.transpose(1, 2)?, pos)?;
-        let k = rope.apply(&k.transpose(1, 2)?, pos)?;
+        let step = cache.device_step().cloned();
+        let turn = |x: &Tensor| match &step {
+            Some(s) => rope.apply_at(&x.transpose(1, 2)?, &s.position),
+            None => rope.apply(&x.transpose(1, 2)?, pos),
+        };
+        let (q, k) = (turn(&q)?, turn(&k)?);
         let (keys, values) = cache.append(layer, &k, &v.transpose(1, 2)?)?;
         // Prefill: query i, at position pos + i, sees keys 0..=pos + i (bottom-right).
         let mask = if t > 1 { Some(Sdpa::causal_mask(t, pos + t, pos, x.device())?) } else { None };
-        let o = Sdpa { attn_mask: mask.as_ref(), enable_gqa: true, ..Sdpa::default() };
+        let kv_len = step.as_ref().map(|s| &s.kv_len);
+        let o = Sdpa { attn_mask: mask.as_ref(), enable_gqa: true, kv_len, ..Sdpa::default() };
         let out = q.scaled_dot_product_attention(&keys, &values, &o)?;
         let mut out = out.transpose(1, 2)?.reshape(&[b, t, hq * d])?;
         if let Some(g) = gate {

@@ -1,6 +1,7 @@
 //! Model families built on kiln tensors: Hugging Face checkpoint loading (config,
 //! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a
-//! pre-allocated KV cache, on-device sampling and the generate loop; the Wan video VAE.
+//! pre-allocated KV cache, on-device sampling, decode steps replayed as CUDA graphs and the
+//! generate loop; the Wan video VAE.
 
 pub mod causal_conv;
 pub mod chat;
@@ -9,6 +10,7 @@ pub mod config_check;
 pub mod gated_delta;
 pub mod generate;
 pub mod gguf;
+pub mod graph_decode;
 pub mod golden;
 pub mod kv_cache;
 pub mod layers;

@@ -184,6 +184,7 @@ impl Model {
             &[b, t] => (b, t),
             s => return Err(Error::bad_shape("model", format!("token ids must be [B, T], got {s:?}"))),
         };
+        cache.begin_step(t)?;
         let mut x =
             self.embed.index_select(0, &ids.reshape(&[b * t])?)?.reshape(&[b, t, self.config.hidden_size])?;
         for l in &self.layers {
@@ -265,7 +266,7 @@ mod tests {
             let mut cache = model.new_cache(1, t).unwrap();
             let whole = model.logits(&model.forward(ids, &mut cache).unwrap()).unwrap();
             assert_eq!(cache.len(), t);
-            cache.clear();
+            cache.clear().unwrap();
             let mut parts = vec![model.forward(&ids.narrow(1, 0, 5).unwrap(), &mut cache).unwrap()];
             for s in 5..t {
                 parts.push(model.forward(&ids.narrow(1, s, 1).unwrap(), &mut cache).unwrap());
@@ -276,6 +277,20 @@ mod tests {
             assert!(worst < 1e-4, "{arch}: max |Δlogit| {worst}");
             let past = model.forward(&ids.narrow(1, 0, 1).unwrap(), &mut cache);
             assert!(past.is_err(), "{arch}: a step past the capacity must fail");
+
+            // The same steps with the length kept on the device (as a captured step runs):
+            // positions, cache writes and the attended length come from the device.
+            cache.clear().unwrap();
+            cache.track_on_device().unwrap();
+            let mut parts = vec![model.forward(&ids.narrow(1, 0, 5).unwrap(), &mut cache).unwrap()];
+            for s in 5..t {
+                assert!(cache.begin_step(1).unwrap().is_some(), "{arch}: one token reads the device length");
+                parts.push(model.forward(&ids.narrow(1, s, 1).unwrap(), &mut cache).unwrap());
+            }
+            let tracked = model.logits(&Tensor::cat(&parts, 1).unwrap()).unwrap();
+            let worst = whole.sub(&tracked).unwrap().abs().unwrap().max(&[], false).unwrap().item().unwrap();
+            println!("{arch}: device-length steps vs one prefill max |Δlogit| {worst:.3e}");
+            assert!(worst < 1e-4, "{arch}: device-length steps, max |Δlogit| {worst}");
         }
     }
 }

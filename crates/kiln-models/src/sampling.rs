@@ -58,6 +58,12 @@ impl Sampler {
         Ok(Sampler { params, history, seen: 0, step: 0, tri: None })
     }
 
+    /// Whether a pick is the argmax of the logits alone (no draw, no penalty): such a step
+    /// depends on nothing the host holds and can be captured in a CUDA graph.
+    pub fn is_greedy(&self) -> bool {
+        self.params.temperature == 0.0 && self.params.repetition_penalty == 1.0
+    }
+
     /// Records token ids (int64, any shape, on the device) for the repetition penalty.
     pub fn observe(&mut self, ids: &Tensor) -> Result<()> {
         if self.params.repetition_penalty != 1.0 {

@@ -113,7 +113,7 @@ mod tests {
         let mut c = cache(&cfg, t);
         let whole = conv.forward(&x, &mut c, 0).unwrap().to_vec::<f64>().unwrap();
         for _ in 0..2 {
-            c.clear();
+            c.clear().unwrap();
             // A 2-token step, then single tokens: the state carries over both kinds.
             let mut steps = vec![conv.forward(&x.narrow(1, 0, 2).unwrap(), &mut c, 0).unwrap()];
             c.advance(2).unwrap();

@@ -1,7 +1,8 @@
 //! The fixture models on cuda:0: transformers' prefill logits and greedy tokens with
 //! weights in f32 (the fixture tolerances) and in bf16 (bf16 tolerances), through the
 //! same `golden::check` that `cargo test` runs on the CPU; and the Wan VAEs against
-//! diffusers by PSNR through `wan_vae::check`. Without a GPU: "skipped".
+//! diffusers by PSNR through `wan_vae::check`; greedy decoding replayed as a CUDA graph
+//! against eager decoding for every family. Without a GPU: "skipped".
 
 #[path = "../../kiln/tests/common/mod.rs"]
 mod common;
@@ -15,6 +16,26 @@ fn case(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let r = golden::check(&dir, cx.gpu, dtype).map_err(common::e)?;
     println!("      {arch} {dtype}: max |Δlogit| {:.2e}, greedy {:?}", r.max_logit_err, r.greedy);
     golden::verdict(&r, dtype)
+}
+
+/// 64 greedy tokens replayed as a CUDA graph are the 64 of eager decoding, token for token.
+fn graph_vs_eager(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
+    let dir = kiln_models::config::fixtures_dir().join("models").join(arch);
+    let model = kiln_models::Model::load(&dir, cx.gpu, dtype).map_err(common::e)?;
+    let prompt = [1u32, 7, 42, 3, 99, 5];
+    let run = |eager: bool| {
+        let opts = kiln_models::GenerateOptions { eager, ..kiln_models::GenerateOptions::greedy(64, vec![]) };
+        kiln_models::generate(&model, &prompt, &opts, |_| Ok(())).map_err(common::e)
+    };
+    let (eager, graph) = (run(true)?, run(false)?);
+    println!("      {arch} {dtype}: graph {}, {} tokens", graph.graph, graph.tokens.len());
+    if !graph.graph || eager.graph {
+        return Err(format!("graph used: eager run {}, graph run {}", eager.graph, graph.graph));
+    }
+    if graph.tokens != eager.tokens || graph.tokens.len() != 64 {
+        return Err(format!("graph {:?}\n      eager {:?}", graph.tokens, eager.tokens));
+    }
+    Ok(())
 }
 
 /// A Wan VAE fixture through the same `wan_vae::check` as the CPU test.
@@ -42,6 +63,11 @@ cases! {
     qwen3_bf16 => case("qwen3", BF16);
     qwen3_moe_bf16 => case("qwen3_moe", BF16);
     lfm2_moe_bf16 => case("lfm2_moe", BF16);
+    llama_graph => graph_vs_eager("llama", BF16);
+    qwen3_graph => graph_vs_eager("qwen3", BF16);
+    qwen3_moe_graph => graph_vs_eager("qwen3_moe", BF16);
+    lfm2_moe_graph => graph_vs_eager("lfm2_moe", BF16);
+    qwen3_5_moe_graph => graph_vs_eager("qwen3_5_moe", F32);
     wan21_vae_f32 => vae("wan21_vae_tiny", F32);
     wan22_vae_f32 => vae("wan22_vae_tiny", F32);
     wan22_vae_bf16 => vae("wan22_vae_tiny", BF16);

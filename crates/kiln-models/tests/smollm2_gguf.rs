@@ -18,7 +18,7 @@
 
 use kiln::{DType, Device};
 use kiln_models::gguf::{self, GgufModel};
-use kiln_models::{GenerateOptions, SamplingParams};
+use kiln_models::GenerateOptions;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -106,7 +106,7 @@ fn model_file() -> Result<PathBuf, String> {
 
 fn greedy(model: &kiln_models::Model, prompt: &[u32], n: usize, eos: &[u32]) -> Vec<u32> {
     let opts =
-        GenerateOptions { max_tokens: n, sampling: SamplingParams::greedy(), eos_token_ids: eos.to_vec() };
+        GenerateOptions::greedy(n, eos.to_vec());
     kiln_models::generate(model, prompt, &opts, |_| Ok(())).unwrap().tokens
 }
 

@@ -245,6 +245,10 @@ impl CudaDevice {
             return Ok(());
         }
         let stream = self.stream();
+        if stream.is_capturing()? {
+            // A replay would copy whatever the host memory then holds, or nothing at all.
+            return Err(Error::Cuda("htod: cannot copy host values into a graph capture".into()));
+        }
         self.ctx.bind_to_thread()?;
         // SAFETY: the caller guarantees `dst` covers `src.len()` bytes; pageable `src` is staged by
         // the driver before the call returns.

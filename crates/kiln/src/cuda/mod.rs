@@ -30,6 +30,7 @@ mod device;
 mod info;
 mod kernels;
 mod launch;
+mod readback;
 mod stream;
 
 pub use allocator::{DeviceBuffer, DriverPeakProbe, MemoryStats};
@@ -41,6 +42,7 @@ pub use kernels::{
     KernelLoad, KernelLoadKind, KernelOverride, KernelSource, Strided, MAX_RANK, PRELUDE,
 };
 pub(crate) use launch::{dependent_launch, kernel_args, launch, Launch};
+pub use readback::Readback;
 pub use stream::{with_stream, Event, Graph, Stream};
 
 /// Re-exports of the cudarc types that appear in this module's API.

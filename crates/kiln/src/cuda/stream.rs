@@ -198,6 +198,15 @@ impl Graph {
         Ok(())
     }
 
+    /// Nodes of the graph (kernels, copies, memsets): what one replay launches.
+    pub fn node_count(&self) -> Result<usize> {
+        let mut n = 0usize;
+        // SAFETY: the graph handle is owned by `self.graph` and alive; a null node array asks
+        // for the count alone.
+        unsafe { sys::cuGraphGetNodes(self.graph.cu_graph(), std::ptr::null_mut(), &mut n) }.result()?;
+        Ok(n)
+    }
+
     /// Uploads the graph to the device ahead of the first replay.
     pub fn upload(&self) -> Result<()> {
         Ok(self.graph.upload()?)
