@@ -155,12 +155,12 @@ pub static FP8_LINEAR_VARIANT: Setting<Option<Fp8LinearVariant>> = Setting::new(
     parse_auto,
 );
 
-/// `scaled_dot_product_attention` on CUDA takes the split-KV decode kernel where it fits.
-/// Off until the kernel has passed its GPU parity test (`gpu_attention`).
+/// `scaled_dot_product_attention` on CUDA takes the split-KV decode kernel where it fits
+/// (`0` sends every call to the composed path, for comparison).
 pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
     "KILN_DECODE_ATTENTION",
-    "split-KV decode attention kernel for 1-8 queries (default off: not yet verified on a GPU)",
-    || false,
+    "split-KV decode attention kernel for 1-8 queries (0: composed attention)",
+    || true,
     parse_bool,
 );
 
