@@ -139,7 +139,10 @@ impl KvCache {
             return Ok(());
         }
         let Some(k) = self.keys.first() else {
-            return Err(Error::invalid("kv_cache", "a model without attention layers has no length to track"));
+            return Err(Error::invalid(
+                "kv_cache",
+                "a model without attention layers has no length to track",
+            ));
         };
         let &[b, h, cap, d] = k.shape() else { unreachable!("keys are [B, kv_heads, capacity, head_dim]") };
         let base: Vec<i64> =
