@@ -290,7 +290,7 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 17] = [
+pub static ALL: [&dyn Describe; 18] = [
     &AFTER_PREVIOUS,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
