@@ -160,8 +160,7 @@ impl KvCache {
     /// Writes the host's length to the device's (not during a capture: it is a host copy).
     fn upload_len(&mut self) -> Result<()> {
         if let Some(dl) = &self.device_len {
-            let host = Tensor::from_vec(vec![self.len as i32], &[1], kiln::Device::Cpu)?;
-            dl.len.copy_(&host.to_device(dl.len.device())?)?;
+            dl.len.copy_(&Tensor::from_vec(vec![self.len as i32], &[1], dl.len.device())?)?;
         }
         Ok(())
     }
