@@ -7,8 +7,9 @@
 
 use crate::timing::graph_median_ms;
 use kiln::cuda::ops::Fp8Gemm;
-use kiln::fp8::{Fp8Weight, Granularity};
+use kiln::fp8::Granularity;
 use kiln::{settings, DType, Device, Result, Tensor};
+use kiln_models::Fp8Weight;
 use serde_json::{json, Value};
 
 const GPU: Device = Device::Cuda(0);
@@ -116,7 +117,7 @@ fn layer_stack(layers: usize) -> Result<Value> {
         dense.iter().enumerate().try_for_each(|(i, w)| x_of(i).linear(w, None).map(drop))
     })?;
     let t_fp8 = graph_median_ms(&dev, 1, 20, || {
-        fp8.iter().enumerate().try_for_each(|(i, w)| x_of(i).linear_fp8(w, None).map(drop))
+        fp8.iter().enumerate().try_for_each(|(i, w)| w.forward(x_of(i), None).map(drop))
     })?;
     let params: usize =
         (0..layers * LAYER.len()).map(|i| LAYER[i % LAYER.len()].0 * LAYER[i % LAYER.len()].1).sum();

@@ -7,9 +7,10 @@
 //! the LM head and the MoE router always stay dense.
 
 use crate::config::{Config, RopeScaling};
+use crate::fp8_weight::Fp8Weight;
 use crate::kv_cache::KvCache;
 use crate::loader::WeightSource;
-use kiln::fp8::{Fp8Weight, Granularity};
+use kiln::fp8::Granularity;
 use kiln::{DType, Device, Result, Sdpa, Tensor};
 
 /// The `[out, in]` weight of a linear layer, as stored (`x @ weight.T`).
@@ -18,9 +19,9 @@ pub enum LinearWeight {
     /// In the model dtype; runs `Tensor::linear`.
     Dense(Tensor),
     /// float8_e4m3fn values with f32 per-tensor or per-output-channel scales; runs
-    /// `Tensor::linear_fp8` (at decode on CUDA the 16-bit activations meet the widened
-    /// weight; otherwise they are quantised per row on the fly), output in the activations'
-    /// dtype.
+    /// [`Fp8Weight::forward`], i.e. `Tensor::linear_fp8` (at decode on CUDA the 16-bit
+    /// activations meet the widened weight; otherwise they are quantised per row on the
+    /// fly), output in the activations' dtype.
     Fp8(Fp8Weight),
 }
 
@@ -40,7 +41,7 @@ impl LinearWeight {
     pub fn forward(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         match self {
             LinearWeight::Dense(w) => x.linear(w, bias),
-            LinearWeight::Fp8(w) => x.linear_fp8(w, bias),
+            LinearWeight::Fp8(w) => w.forward(x, bias),
         }
     }
 

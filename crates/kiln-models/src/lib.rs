@@ -7,6 +7,7 @@ pub mod causal_conv;
 pub mod chat;
 pub mod config;
 pub mod config_check;
+pub mod fp8_weight;
 pub mod gated_delta;
 pub mod generate;
 pub mod gguf;
@@ -23,6 +24,7 @@ pub mod tokenizer;
 pub mod wan_vae;
 
 pub use config::{Arch, Config, GenerationConfig};
+pub use fp8_weight::Fp8Weight;
 pub use generate::{generate, GenerateOptions, GenerateStats};
 pub use layers::{LinearWeight, WeightBytes};
 pub use llama::Model;

@@ -4,6 +4,7 @@
 //! each linear layer's weight by prefix ([`WeightSource::linear`]), which may come back
 //! FP8: stored so in the checkpoint, or quantised on load ([`Quantize::Fp8`]).
 
+use crate::fp8_weight::{load_linear, Fp8Weight};
 use crate::layers::LinearWeight;
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln::io::safetensors::Checkpoint;
@@ -18,7 +19,7 @@ pub enum Quantize {
     None,
     /// Each eligible dense linear weight (attention projections, MLP and expert
     /// projections whose input size is a multiple of 16) is quantised to float8_e4m3fn with
-    /// one f32 scale per output channel (`Fp8Weight::quantize(w, Granularity::Row)`) as it
+    /// one f32 scale per output channel ([`Fp8Weight::quantize`] with `Granularity::Row`) as it
     /// is loaded, and the dense copy freed: about half the bf16 bytes. Embeddings, norms,
     /// the LM head, the MoE router and `quantization_config.modules_to_not_convert` stay
     /// dense.
@@ -75,7 +76,7 @@ pub trait WeightSource {
 /// reports every bad tensor in one error.
 ///
 /// FP8 checkpoints as Hugging Face stores them: a linear layer whose `{prefix}.weight` is
-/// float8_e4m3fn loads through `kiln::fp8::load_linear` with its `{prefix}.weight_scale` or
+/// float8_e4m3fn loads through [`crate::fp8_weight::load_linear`] with its `{prefix}.weight_scale` or
 /// `{prefix}.weight_scale_inv` (per tensor, per output channel, or 128×128 blocks, which
 /// become per-row scales) and stays FP8. The FP8-ness is read from each tensor's stored
 /// dtype; config.json's `quantization_config` contributes `modules_to_not_convert` (kept
@@ -200,10 +201,10 @@ fn is_fp8(dt: DType) -> bool {
 impl CheckpointSource {
     /// `{prefix}.weight` stored as float8 with its scale: FP8 as stored, or `None` after
     /// recording why it cannot be loaded.
-    fn load_fp8(&mut self, prefix: &str) -> Option<kiln::fp8::Fp8Weight> {
+    fn load_fp8(&mut self, prefix: &str) -> Option<Fp8Weight> {
         let name = format!("{prefix}.weight");
         self.bar.set_message(name.clone());
-        match kiln::fp8::load_linear(&self.ck, prefix, self.device) {
+        match load_linear(&self.ck, prefix, self.device) {
             Ok(w) => {
                 self.bar.inc((w.weight().nbytes() + w.scale().nbytes()) as u64);
                 Some(w)

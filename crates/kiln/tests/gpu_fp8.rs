@@ -10,7 +10,7 @@ mod common;
 
 use common::{e, same, tol_of, Case, Ctx, CPU};
 use kiln::cuda::ops::W8A16_MAX_M;
-use kiln::fp8::{quantize, Fp8Weight, Granularity};
+use kiln::fp8::{quantize, Granularity};
 use kiln::{DType, Tensor};
 use std::process::ExitCode;
 
@@ -271,16 +271,16 @@ fn linear(cx: &mut Ctx) -> R {
         let (w, wc) = cx.pair(&[n, k], DType::BF16, 0.05).map_err(e)?;
         let (b, bc) = cx.pair(&[n], DType::BF16, 1.0).map_err(e)?;
         for gran in [Granularity::Tensor, Granularity::Row] {
-            let fw = Fp8Weight::quantize(&w, gran).map_err(e)?;
-            let fwc = Fp8Weight::quantize(&wc, gran).map_err(e)?;
-            same("Fp8Weight values", fw.weight(), fwc.weight(), 0.0)?;
-            let g = x.linear_fp8(&fw, Some(&b)).map_err(e)?;
+            let (q, s) = quantize(&w, gran).map_err(e)?;
+            let (qc, sc) = quantize(&wc, gran).map_err(e)?;
+            same("FP8 weight values", &q, &qc, 0.0)?;
+            let g = x.linear_fp8(&q, &s, Some(&b)).map_err(e)?;
             // ≤ 16 rows run the w8a16 kernel, which does not quantise x: its reference is
             // the dequantised product; more rows run the FP8 path on both devices.
             let c = if lead.iter().product::<usize>() <= W8A16_MAX_M {
-                dequantised_linear(&xc, &fwc, Some(&bc)).map_err(e)?
+                dequantised_linear(&xc, (&qc, &sc), Some(&bc)).map_err(e)?
             } else {
-                xc.linear_fp8(&fwc, Some(&bc)).map_err(e)?
+                xc.linear_fp8(&qc, &sc, Some(&bc)).map_err(e)?
             };
             same(&format!("linear_fp8 {xs:?}x[{n},{k}] {gran:?}"), &g, &c, tol_of(DType::BF16))?;
         }
@@ -288,33 +288,50 @@ fn linear(cx: &mut Ctx) -> R {
     Ok(())
 }
 
+/// An FP8 weight and its scale, as `quantize` returns them.
+type Fp8<'a> = (&'a Tensor, &'a Tensor);
+
+/// `weight · scale` in f32.
+fn dequantize((q, s): Fp8<'_>) -> kiln::Result<Tensor> {
+    q.to_dtype(DType::F32)?.mul(s)
+}
+
+/// The per-tensor scale `s` broadcast to `[1, n]` once, as a layer passes it to `linear_fp8`.
+fn col_scale(s: &Tensor, n: usize) -> kiln::Result<Tensor> {
+    s.reshape(&[1, 1])?.broadcast_to(&[1, n])?.contiguous()
+}
+
 /// `F.linear(x, w.dequantize())` on the CPU in f32, rounded once to x's dtype.
-fn dequantised_linear(xc: &Tensor, wc: &Fp8Weight, bc: Option<&Tensor>) -> kiln::Result<Tensor> {
+fn dequantised_linear(xc: &Tensor, wc: Fp8<'_>, bc: Option<&Tensor>) -> kiln::Result<Tensor> {
     let b32 = bc.map(|b| b.to_dtype(DType::F32)).transpose()?;
-    xc.to_dtype(DType::F32)?.linear(&wc.dequantize(DType::F32)?, b32.as_ref())?.to_dtype(xc.dtype())
+    xc.to_dtype(DType::F32)?.linear(&dequantize(wc)?, b32.as_ref())?.to_dtype(xc.dtype())
 }
 
 /// `linear_fp8` at decode on the w8a16 kernel against `x.linear(w.dequantize())` computed in
 /// f32 on the CPU and rounded once: bf16 and f16 x, 1–16 rows, odd N, short and long K,
-/// per-row and per-tensor scales, with and without bias. Tolerance: the output's rounding
+/// per-row and per-tensor scales (the latter also broadcast to `[1, N]`, as `Fp8Weight`
+/// passes it), with and without bias. Tolerance: the output's rounding
 /// (both sides round once, so they may differ by an ulp) plus f32 summation order.
 fn w8a16(cx: &mut Ctx) -> R {
     let shapes = [(1, 16), (7, 48), (33, 1040), (200, 4096), (4104, 4096), (200, 16), (1, 1040), (4104, 48)];
     for (n, k) in shapes {
         let (_, wc) = cx.pair(&[n, k], DType::F32, 0.05).map_err(e)?;
-        for gran in [Granularity::Row, Granularity::Tensor] {
+        let (qt, st) = quantize(&wc, Granularity::Tensor).map_err(e)?;
+        let (qr, sr) = quantize(&wc, Granularity::Row).map_err(e)?;
+        let st_col = col_scale(&st, n).map_err(e)?;
+        for (form, qc, sc) in [("Row", &qr, &sr), ("Tensor", &qt, &st), ("Tensor [1, N]", &qt, &st_col)] {
             // One quantised weight, bit-identical on both devices.
-            let fwc = Fp8Weight::quantize(&wc, gran).map_err(e)?;
-            let fw = fwc.to_device(cx.gpu).map_err(e)?;
-            let w32 = fwc.dequantize(DType::F32).map_err(e)?;
+            let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);
+            let w32 = dequantize((qc, sc)).map_err(e)?;
             for dt in [DType::BF16, DType::F16] {
                 let (b, bc) = cx.pair(&[n], dt, 1.0).map_err(e)?;
                 for m in [1, 2, 5, 8, 9, 16] {
                     let (x, xc) = cx.pair(&[m, k], dt, 1.0).map_err(e)?;
                     let y32 = xc.to_dtype(DType::F32).map_err(e)?.linear(&w32, None).map_err(e)?;
                     for bias in [false, true] {
-                        let name = format!("w8a16 {m}x[{n},{k}] {dt} {gran:?} bias={bias}");
-                        let g = x.linear_fp8(&fw, bias.then_some(&b)).map_err(|x| format!("{name}: {x}"))?;
+                        let name = format!("w8a16 {m}x[{n},{k}] {dt} {form} bias={bias}");
+                        let g =
+                            x.linear_fp8(&q, &s, bias.then_some(&b)).map_err(|x| format!("{name}: {x}"))?;
                         let c = if bias {
                             y32.add(&bc.to_dtype(DType::F32).map_err(e)?).map_err(e)?
                         } else {
@@ -335,37 +352,37 @@ fn w8a16(cx: &mut Ctx) -> R {
 fn w8a16_views(cx: &mut Ctx) -> R {
     let (n, k, m) = (37, 64, 6);
     let (_, wc) = cx.pair(&[n, k], DType::F32, 0.05).map_err(e)?;
-    let fwc = Fp8Weight::quantize(&wc, Granularity::Row).map_err(e)?;
-    let fw = fwc.to_device(cx.gpu).map_err(e)?;
+    let (qc, sc) = quantize(&wc, Granularity::Row).map_err(e)?;
+    let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);
     for dt in [DType::BF16, DType::F16] {
         let (flat, flatc) = cx.pair(&[m * k + 8], dt, 1.0).map_err(e)?;
         for off in [8, 1] {
             let at = |t: &Tensor| t.narrow(0, off, m * k).and_then(|v| v.view(&[m, k]));
             let (x, xc) = (at(&flat).map_err(e)?, at(&flatc).map_err(e)?);
-            let g = x.linear_fp8(&fw, None).map_err(e)?;
-            let c = dequantised_linear(&xc, &fwc, None).map_err(e)?;
+            let g = x.linear_fp8(&q, &s, None).map_err(e)?;
+            let c = dequantised_linear(&xc, (&qc, &sc), None).map_err(e)?;
             same(&format!("w8a16 x at offset {off} {dt}"), &g, &c, tol_of(dt))?;
         }
         let (x, xc) = cx.pair(&[2, 3, k], dt, 1.0).map_err(e)?;
         let (b2, b2c) = cx.pair(&[2 * n], dt, 1.0).map_err(e)?;
         let (bs, bsc) = (b2.slice(0, 0, 2 * n, 2).map_err(e)?, b2c.slice(0, 0, 2 * n, 2).map_err(e)?);
-        let g = x.linear_fp8(&fw, Some(&bs)).map_err(e)?;
-        let c = dequantised_linear(&xc, &fwc, Some(&bsc)).map_err(e)?;
+        let g = x.linear_fp8(&q, &s, Some(&bs)).map_err(e)?;
+        let c = dequantised_linear(&xc, (&qc, &sc), Some(&bsc)).map_err(e)?;
         if g.shape() != [2, 3, n] {
             return Err(format!("w8a16 [2, 3, {k}]: shape {:?}", g.shape()));
         }
         same(&format!("w8a16 [2, 3, {k}] strided bias {dt}"), &g, &c, tol_of(dt))?;
         let (b32, b32c) = cx.pair(&[n], DType::F32, 1.0).map_err(e)?;
-        let g = x.linear_fp8(&fw, Some(&b32)).map_err(e)?;
-        let c = dequantised_linear(&xc, &fwc, None).map_err(e)?.add(&b32c).map_err(e)?;
+        let g = x.linear_fp8(&q, &s, Some(&b32)).map_err(e)?;
+        let c = dequantised_linear(&xc, (&qc, &sc), None).map_err(e)?.add(&b32c).map_err(e)?;
         same(&format!("w8a16 f32 bias {dt}"), &g, &c, tol_of(dt))?;
     }
     // K = 40: not the kernel's; the FP8 path's scaled_mm needs K % 16 == 0 on both devices.
     let (_, wc) = cx.pair(&[24, 40], DType::F32, 0.05).map_err(e)?;
-    let fwc = Fp8Weight::quantize(&wc, Granularity::Row).map_err(e)?;
-    let fw = fwc.to_device(cx.gpu).map_err(e)?;
+    let (qc, sc) = quantize(&wc, Granularity::Row).map_err(e)?;
+    let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);
     let (x, xc) = cx.pair(&[3, 40], DType::BF16, 1.0).map_err(e)?;
-    match (x.linear_fp8(&fw, None), xc.linear_fp8(&fwc, None)) {
+    match (x.linear_fp8(&q, &s, None), xc.linear_fp8(&qc, &sc, None)) {
         (Err(g), Err(c)) if g.to_string() == c.to_string() => Ok(()),
         (g, c) => Err(format!("linear_fp8 K = 40: GPU {g:?} vs CPU {c:?}")),
     }

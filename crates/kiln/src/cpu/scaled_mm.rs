@@ -23,7 +23,7 @@ fn dequantise((buf, l, dt): Fp8Operand<'_>, scale: impl Fn(usize, usize) -> f32)
     v
 }
 
-/// `a` `[M, K]`, `b` `[K, N]`; `sa` has 1 or M values, `sb` 1 or N (ops/fp8.rs checked it);
+/// `a` `[M, K]`, `b` `[K, N]`; `sa` has 1 or M values, `sb` 1 or N (ops/scaled_mm.rs checked it);
 /// `bias` N values or none.
 pub fn scaled_mm(
     a: Fp8Operand<'_>,

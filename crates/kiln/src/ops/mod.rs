@@ -18,7 +18,9 @@ mod lu;
 mod matmul;
 mod nn;
 mod pad;
+pub(crate) mod quantize;
 mod reduce;
+pub(crate) mod scaled_mm;
 mod topk;
 mod view;
 
@@ -32,6 +34,16 @@ pub use interpolate::{InterpolateMode, Resize};
 pub use loss::Reduction;
 pub use pad::PadMode;
 pub use topk::Router;
+
+/// `scale_a` / `scale_b` shapes `torch._scaled_mm` accepts (`Tensor::scaled_mm`, which tells
+/// the CUDA launchers which one it validated; public as `kiln::fp8::Recipe`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Recipe {
+    /// One f32 scale per operand (each a one-element tensor).
+    TensorWise,
+    /// `scale_a` `[M, 1]` (per row of a) and `scale_b` `[1, N]` (per column of b).
+    RowWise,
+}
 
 /// Reductions over a set of dims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -13,7 +13,7 @@ use super::scaled_mm::{out_name, Rows, ScaledMm};
 use super::FP8_GEMM;
 use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig};
 use crate::error::{Error, Result};
-use crate::fp8::Recipe;
+use crate::ops::Recipe;
 use crate::{settings, DType};
 use cudarc::driver::sys::{
     self, CUfunction_attribute as FuncAttr, CUtensorMapDataType as Dt, CUtensorMapFloatOOBfill as Oob,
@@ -203,7 +203,7 @@ pub(super) fn fp8_gemm(
 #[cfg(test)]
 mod tests {
     use super::{chosen, Fp8Gemm};
-    use crate::fp8::Recipe;
+    use crate::ops::Recipe;
 
     #[test]
     fn auto_gives_large_rowwise_products_to_the_own_kernel() {

@@ -19,8 +19,8 @@
 use super::{copy, dev_of, fp8_gemm, row_threads, rows_grid, SCALED_MM};
 use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, PushKernelArg};
 use crate::error::{Error, Result};
-use crate::fp8::Recipe;
 use crate::layout::Layout;
+use crate::ops::Recipe;
 use crate::{settings, DType};
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
