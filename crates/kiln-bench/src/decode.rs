@@ -12,17 +12,18 @@
 //! cache, LM head, on-device argmax, 8-byte read of the token (which syncs, so wall time
 //! per step is device time plus launch gaps). On CUDA each context is timed twice: eager
 //! (kernels queued one by one) and with the step captured once as a CUDA graph and
-//! replayed (`graph`, what `kiln generate` runs; the graph's node count is the kernels and
-//! copies per token). Before decoding, one forward over a 512-token prompt from an empty
+//! replayed (`graph`, what `kiln generate` runs with `KILN_GRAPH_DECODE=1`; the graph's
+//! node count is the kernels and copies per token). Before decoding, one forward over a 512-token prompt from an empty
 //! cache is timed (`prompt`).
 
 use crate::peaks::{self, gib, Peaks};
 use crate::peer::Want;
 use crate::report::provenance;
+use crate::timing::Stats;
 use kiln::{DType, Device, Result, Tensor};
 use kiln_models::config::{Config, MixerKind};
-use kiln_models::kv_cache::KvCache;
 use kiln_models::graph_decode::{self, GraphStep};
+use kiln_models::kv_cache::KvCache;
 use kiln_models::sampling::{Sampler, SamplingParams};
 use kiln_models::{Model, Quantize};
 use serde_json::{json, Map, Value};
@@ -229,23 +230,24 @@ fn timed(
     }
     let secs = t.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    ms.sort_by(f64::total_cmp);
+    let st = Stats::from_samples(ms, warmup);
     let tps = steps as f64 / secs;
     println!(
         "  {mode:<5} context {ctx:>5}: {tps:8.1} tokens/s  (median {:.2} ms/token; bandwidth floor {floor:.0} tokens/s, {:.0}%)",
-        ms[ms.len() / 2],
+        st.median_ms,
         100.0 * tps / floor
     );
     Ok(json!({
         "mode": mode, "context": ctx, "steps": steps, "warmup": warmup, "tokens_per_s": tps,
-        "median_ms_per_token": ms[ms.len() / 2], "min_ms": ms[0], "max_ms": ms[ms.len() - 1],
+        "median_ms_per_token": st.median_ms, "min_ms": st.min_ms, "max_ms": st.max_ms,
         "floor_tokens_per_s": floor, "fraction_of_floor": tps / floor,
     }))
 }
 
-/// The decode step captured once as a CUDA graph (`kiln generate`'s default on CUDA) and
-/// replayed at every context, no re-capture: per step one replay and the 8-byte token read,
-/// as the eager steps. With the nodes (kernels and copies) one replay launches.
+/// The decode step captured once as a CUDA graph (as `kiln generate` runs it with
+/// `KILN_GRAPH_DECODE=1`) and replayed at every context, no re-capture: per step one replay
+/// and the 8-byte token read, as the eager steps. With the nodes (kernels and copies) one
+/// replay launches.
 fn graph_steps(
     model: &Model,
     cache: &mut KvCache,

@@ -53,7 +53,7 @@ const CPU_ONLY: [&str; 1] = ["interpolate"];
 fn inputs_needed(op: &str) -> usize {
     match op {
         "logspace" => 0,
-        "put_" | "sdpa" | "grouped_mm" => 3,
+        "put_" | "sdpa" | "grouped_mm" | "solve_backward" | "solve_triangular_backward" => 3,
         "scaled_mm" | "batch_norm" => 4,
         "rms_norm"
         | "take"
@@ -65,7 +65,9 @@ fn inputs_needed(op: &str) -> usize {
         | "special.laguerre_polynomial_l"
         | "solve_triangular"
         | "lstsq"
-        | "lu_solve" => 2,
+        | "lu_solve"
+        | "det_backward"
+        | "inv_backward" => 2,
         op if op.starts_with("lt/le/gt/ge/eq on uint32") => 2,
         _ => 1,
     }

@@ -1,5 +1,5 @@
-//! Prefill then decode with a pre-allocated KV cache; on CUDA the decode steps replay one
-//! captured CUDA graph (`graph_decode`).
+//! Prefill then decode with a pre-allocated KV cache; on CUDA the decode steps can replay
+//! one captured CUDA graph (`graph_decode`, behind `kiln::settings::GRAPH_DECODE`).
 
 use crate::graph_decode::{self, GraphStep};
 use crate::kv_cache::KvCache;
@@ -16,7 +16,8 @@ pub struct GenerateOptions {
     /// Generation stops after any of these (it is still passed to `on_token`).
     pub eos_token_ids: Vec<u32>,
     /// Decode step by step as kernels are queued, never as a replayed CUDA graph (which
-    /// greedy decoding on CUDA uses otherwise). The CPU always decodes eagerly.
+    /// greedy decoding on CUDA uses where `kiln::settings::GRAPH_DECODE` is on). The CPU
+    /// always decodes eagerly.
     pub eager: bool,
 }
 
@@ -68,7 +69,8 @@ fn read_token(t: &Tensor) -> Result<u32> {
 /// step's input, the KV cache is written in place, MoE routing in decode uses the
 /// device-side indices, and the prompt upload (host to device) does not wait.
 ///
-/// Greedy decoding on CUDA (unless `opts.eager`) runs the first decode step eagerly, then
+/// Greedy decoding on CUDA with `kiln::settings::GRAPH_DECODE` on (`KILN_GRAPH_DECODE=1`;
+/// unless `opts.eager`) runs the first decode step eagerly, then
 /// captures the step once and replays it ([`GraphStep`]); token t is read while step t + 1
 /// already runs, so a stop on EOS or on `max_tokens` discards one step's work. A step that
 /// cannot be captured (see [`GraphStep::capture`]) leaves the loop eager, saying why in a
@@ -104,7 +106,8 @@ pub fn generate(
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    let use_graph = device.is_cuda() && !opts.eager && sampler.is_greedy();
+    let use_graph =
+        device.is_cuda() && !opts.eager && sampler.is_greedy() && kiln::settings::GRAPH_DECODE.get()?;
     if use_graph {
         cache.track_on_device()?;
     }

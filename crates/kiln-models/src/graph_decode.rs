@@ -31,9 +31,17 @@ impl GraphStep {
     /// Fails, changing nothing, where the step needs the host: a sampler that draws (its
     /// seed and history live on the host: only greedy steps are captured), or a layer that
     /// reads device values back (FP8 experts' group sizes).
-    pub fn capture(model: &Model, cache: &mut KvCache, sampler: &mut Sampler, token: &Tensor) -> Result<Self> {
+    pub fn capture(
+        model: &Model,
+        cache: &mut KvCache,
+        sampler: &mut Sampler,
+        token: &Tensor,
+    ) -> Result<Self> {
         if !sampler.is_greedy() {
-            return Err(Error::invalid("graph decode", "only greedy steps are captured (the draw's seed is per step)"));
+            return Err(Error::invalid(
+                "graph decode",
+                "only greedy steps are captured (the draw's seed is per step)",
+            ));
         }
         let dev = kiln::cuda::device_of(model.device())?;
         cache.track_on_device()?;

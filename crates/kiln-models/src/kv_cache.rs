@@ -139,7 +139,10 @@ impl KvCache {
             return Ok(());
         }
         let Some(k) = self.keys.first() else {
-            return Err(Error::invalid("kv_cache", "a model without attention layers has no length to track"));
+            return Err(Error::invalid(
+                "kv_cache",
+                "a model without attention layers has no length to track",
+            ));
         };
         let &[b, h, cap, d] = k.shape() else { unreachable!("keys are [B, kv_heads, capacity, head_dim]") };
         let base: Vec<i64> =
@@ -157,8 +160,7 @@ impl KvCache {
     /// Writes the host's length to the device's (not during a capture: it is a host copy).
     fn upload_len(&mut self) -> Result<()> {
         if let Some(dl) = &self.device_len {
-            let host = Tensor::from_vec(vec![self.len as i32], &[1], kiln::Device::Cpu)?;
-            dl.len.copy_(&host.to_device(dl.len.device())?)?;
+            dl.len.copy_(&Tensor::from_vec(vec![self.len as i32], &[1], dl.len.device())?)?;
         }
         Ok(())
     }
@@ -252,5 +254,35 @@ impl KvCache {
             .chain(&self.recurrent)
             .map(|t| t.nbytes())
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The length kept on the device follows the host's through steps, `set_len` and
+    /// `clear`; a replayed step past the capacity is an error and leaves the length alone.
+    #[test]
+    fn device_length_follows_and_the_capacity_holds() {
+        let device = Device::Cpu;
+        let mut c = KvCache::new(1, 1, 2, 3, 4, DType::F32, device).unwrap();
+        let dev_len = |c: &KvCache| c.device_len.as_ref().unwrap().len.to_vec::<i32>().unwrap()[0];
+        c.set_len(1).unwrap();
+        c.track_on_device().unwrap();
+        assert_eq!(dev_len(&c), 1);
+        assert!(c.begin_step(2).unwrap().is_none(), "more than one token: host positions");
+        let step = c.begin_step(1).unwrap().expect("one token reads the device length");
+        assert_eq!(step.position.to_vec::<i64>().unwrap(), [1]);
+        assert_eq!(step.kv_len.to_vec::<i32>().unwrap(), [2]);
+        // Keys of (head h, dim j) at position 1 of a [1, 2, 3, 4] cache: h·12 + 4 + j.
+        assert_eq!(step.index.to_vec::<i64>().unwrap(), [4, 5, 6, 7, 16, 17, 18, 19]);
+        c.advance(1).unwrap();
+        assert_eq!((c.len(), dev_len(&c)), (2, 2));
+        c.count_replayed_step().unwrap();
+        let past = c.count_replayed_step();
+        assert!(past.is_err() && c.len() == 3, "a step past the capacity of 3 must fail");
+        c.clear().unwrap();
+        assert_eq!((c.len(), dev_len(&c)), (0, 0));
     }
 }

@@ -27,6 +27,7 @@ fn graph_vs_eager(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
         let opts = kiln_models::GenerateOptions { eager, ..kiln_models::GenerateOptions::greedy(64, vec![]) };
         kiln_models::generate(&model, &prompt, &opts, |_| Ok(())).map_err(common::e)
     };
+    let _graph = kiln::settings::GRAPH_DECODE.scoped(true);
     let (eager, graph) = (run(true)?, run(false)?);
     println!("      {arch} {dtype}: graph {}, {} tokens", graph.graph, graph.tokens.len());
     if !graph.graph || eager.graph {

@@ -105,8 +105,7 @@ fn model_file() -> Result<PathBuf, String> {
 }
 
 fn greedy(model: &kiln_models::Model, prompt: &[u32], n: usize, eos: &[u32]) -> Vec<u32> {
-    let opts =
-        GenerateOptions::greedy(n, eos.to_vec());
+    let opts = GenerateOptions::greedy(n, eos.to_vec());
     kiln_models::generate(model, prompt, &opts, |_| Ok(())).unwrap().tokens
 }
 

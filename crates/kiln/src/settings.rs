@@ -165,6 +165,16 @@ pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
     parse_bool,
 );
 
+/// `kiln generate` on CUDA replays its greedy decode steps as one captured CUDA graph
+/// (kiln-models `graph_decode`). Off until that path has run on a GPU (`gpu_models`'
+/// `*_graph` cases, which turn it on for themselves); `--eager` always wins.
+pub static GRAPH_DECODE: Setting<bool> = Setting::new(
+    "KILN_GRAPH_DECODE",
+    "greedy decode steps on CUDA replayed as one CUDA graph (default off: not yet run on a GPU)",
+    || false,
+    parse_bool,
+);
+
 /// Which GEMM serves FP8 `scaled_mm` for M > 16.
 pub static FP8_GEMM: Setting<Fp8Gemm> = Setting::new(
     "KILN_FP8_GEMM",
@@ -281,13 +291,14 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 17] = [
+pub static ALL: [&dyn Describe; 18] = [
     &AFTER_PREVIOUS,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
     &FP8_GEMM,
     &FP8_FORCE_EPILOGUE,
     &DECODE_ATTENTION,
+    &GRAPH_DECODE,
     &SOFTMAX_PATH,
     &BLOCK_SYNC,
     &KERNEL_DIR,

@@ -5,6 +5,9 @@ use kiln::{Error, Result};
 use serde::Deserialize;
 use std::path::Path;
 
+/// The largest `patch_size` taken (pixels per side of a patch).
+const MAX_PATCH: usize = 1024;
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct VaeConfig {
     #[serde(rename = "_class_name", default)]
@@ -92,6 +95,10 @@ impl VaeConfig {
         }
         if c.base_dim == 0 || c.z_dim == 0 || c.num_res_blocks == 0 || c.patch_size == Some(0) {
             return Err("base_dim, z_dim, num_res_blocks and patch_size must be positive".into());
+        }
+        // A patch covers p × p pixels of every frame (2 in Wan 2.2); p² must not overflow.
+        if let Some(p) = c.patch_size.filter(|&p| p > MAX_PATCH) {
+            return Err(format!("patch_size {p}: at most {MAX_PATCH}"));
         }
         let dec = c.decoder_dim();
         if !c.is_residual && c.dim_mult.iter().skip(1).any(|m| !(dec * m).is_multiple_of(2)) {

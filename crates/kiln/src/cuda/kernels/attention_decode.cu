@@ -9,22 +9,19 @@
 // 16.8 MB = 4.1 µs at 4.1 TB/s); FLOPs are negligible. The kernel is built to stream them:
 // - a group is one (batch, KV head, tile of R = 4 or 8 query rows): the query heads that share the
 //   KV head and their queries, so each key is read once for all of them;
-// - split-KV: the keys of a group are split over `splits` blocks (set at launch, up to
-//   AD_MAX_SPLITS), enough for two blocks per SM even with a handful of KV heads, so every
-//   block streams only a step or two of keys;
+// - split-KV: the keys of a group are split over a cluster of C blocks (C set at launch,
+//   up to 16, one when clusters are absent), so a handful of KV heads still fills the GPU;
 // - in a block, 8 warps take keys in turn; a warp reads U keys per step per lane group,
 //   LK lanes per key, 16 bytes per lane (every load of a warp is whole cache rows);
 // - every lane group keeps an online-softmax state (max m, sum l, acc = Σ p·v, base-2
 //   exponentials, q pre-scaled by scale·log2 e); the states merge across lane groups
-//   (shuffles) and warps (shared memory); each block writes its (m, l, acc) to `part`,
-//   and the group's last block to finish (a counter per group, which it sets back to 0 for
-//   the next launch or graph replay) merges them into the output.
+//   (shuffles), warps (shared memory) and the cluster's blocks (remote shared-memory
+//   stores, one cluster barrier), each block finishing a slice of the R·D outputs.
 // Causal (top-left, as PyTorch's is_causal): query i sees keys 0..=i. A row with no key
 // gives 0. Query rows past the group's are neither read nor written.
 
 #define AD_WARPS 8
 #define AD_THREADS (AD_WARPS * 32)
-#define AD_MAX_SPLITS 64
 
 // 16 bytes of T as floats.
 template <typename T> struct Chunk { enum { N = 16 / sizeof(T) }; };
@@ -59,21 +56,26 @@ struct AdArgs {
     i64 v_sb, v_sh, v_ss;  // value strides
     int hkv, g, l, s;      // KV heads, query heads per KV head, queries, keys in the view
     int tiles, causal;     // R-row tiles per group; top-left causal
-    int splits;            // blocks per group
     float scale_log2;      // scale · log2(e)
 };
 
 template <typename T, int D, int R>
-__device__ void attention_decode(const T* q, const T* k, const T* v, const int* len, T* out, float* part,
-                                 int* count, AdArgs a) {
+__device__ void attention_decode(const T* q, const T* k, const T* v, const int* len, T* out, AdArgs a) {
     constexpr int V = Chunk<T>::N, NCH = D / V, LK = ad_pow2_at_least(NCH), CPL = (NCH + LK - 1) / LK;
     constexpr int KG = 32 / LK, U = R >= 8 ? 2 : 4, KPW = KG * U;
     __shared__ float qs[R][D];
     __shared__ float sacc[R][D];
     __shared__ float wm[AD_WARPS][R], wl[AD_WARPS][R];
-    __shared__ float sw[AD_MAX_SPLITS][R], sden[R];
-    __shared__ int last;
-    const unsigned nb = a.splits, rank = blockIdx.x % nb;
+#ifdef KILN_HAS_CLUSTER
+    __shared__ float pairs[CLUSTER_MAX][R][2];
+    __shared__ float recv[R * D / 2 + CLUSTER_MAX][2];
+    const unsigned nb = cluster_blocks(), rank = cluster_rank();
+    // Another block's shared memory exists once that block runs: announce this one now,
+    // wait for all before the remote stores.
+    if (nb > 1) cluster_arrive_relaxed();
+#else
+    const unsigned nb = 1, rank = 0;
+#endif
     const i64 zero = kiln_wait_previous_kernel();
     kiln_let_next_kernel_start();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane % LK, kg = lane / LK;
@@ -213,8 +215,8 @@ __device__ void attention_decode(const T* q, const T* k, const T* v, const int* 
     }
     __syncthreads();
 
-    // The group's blocks → the output: each block's state goes to `part` ([R] m, [R] l,
-    // [R·D] acc per block); the last block of the group to arrive merges them.
+    // The cluster's blocks → the output. Pair p of the R·D/2 output pairs belongs to block
+    // p % nb, which receives every block's sums of it and every block's (max, sum) per row.
     T* ob = out + ((i64)b * a.hkv * a.g + (i64)hk * a.g) * a.l * D;
     auto finish = [&](int r, int d, float num0, float num1, float den) {
         const int gr = tile * R + r;
@@ -231,50 +233,40 @@ __device__ void attention_decode(const T* q, const T* k, const T* v, const int* 
         }
         return;
     }
-    constexpr int PART = R * (D + 2);
-    float* mine = part + (i64)blockIdx.x * PART;
-    for (int e = threadIdx.x; e < R * D; e += AD_THREADS) mine[2 * R + e] = sacc[e / D][e % D];
-    if (threadIdx.x < R) {
-        mine[threadIdx.x] = bm[threadIdx.x];
-        mine[R + threadIdx.x] = bl[threadIdx.x];
+#ifdef KILN_HAS_CLUSTER
+    cluster_wait();
+    if (threadIdx.x < nb * R) {
+        const int r = threadIdx.x % R;
+        cluster_store2(pairs[rank][r], threadIdx.x / R, bm[r], bl[r]);
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(count + group, 1) == (int)nb - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const float* parts = part + (i64)group * nb * PART;
-    if (threadIdx.x < R) {
-        const int r = threadIdx.x;
-        float top = -kiln_inf();
-        for (unsigned c = 0; c < nb; ++c) top = fmaxf(top, __ldcg(parts + c * PART + r));
-        float den = 0.f;
-        for (unsigned c = 0; c < nb; ++c) {
-            const float f = ad_weight(__ldcg(parts + c * PART + r), top);
-            sw[c][r] = f;
-            den += __ldcg(parts + c * PART + R + r) * f;
-        }
-        sden[r] = den;
-    }
-    if (threadIdx.x == 0) count[group] = 0; // ready for the next launch
-    __syncthreads();
+    const int slots = (R * D / 2 + nb - 1) / nb;
     for (int p = threadIdx.x; p < R * D / 2; p += AD_THREADS) {
         const int r = 2 * p / D, d = 2 * p % D;
-        float num0 = 0.f, num1 = 0.f;
-        for (unsigned c = 0; c < nb; ++c) {
-            const float2 x = __ldcg((const float2*)(parts + c * PART + 2 * R + r * D + d));
-            num0 += x.x * sw[c][r];
-            num1 += x.y * sw[c][r];
-        }
-        finish(r, d, num0, num1, sden[r]);
+        cluster_store2(recv[rank * slots + p / nb], p % nb, sacc[r][d], sacc[r][d + 1]);
     }
+    cluster_arrive();
+    cluster_wait();
+    for (int p = rank + threadIdx.x * nb; p < R * D / 2; p += AD_THREADS * nb) {
+        const int r = 2 * p / D, d = 2 * p % D;
+        float top = -kiln_inf();
+        for (unsigned c = 0; c < nb; ++c) top = fmaxf(top, pairs[c][r][0]);
+        float num0 = 0.f, num1 = 0.f, den = 0.f;
+        for (unsigned c = 0; c < nb; ++c) {
+            const float f = ad_weight(pairs[c][r][0], top);
+            const float* x = recv[c * slots + p / nb];
+            num0 += x[0] * f;
+            num1 += x[1] * f;
+            den += pairs[c][r][1] * f;
+        }
+        finish(r, d, num0, num1, den);
+    }
+#endif
 }
 
 #define KILN_AD(S, T, D, R)                                                                                    \
     extern "C" __global__ void __launch_bounds__(AD_THREADS, 2) attention_decode_##S##_d##D##_r##R(            \
-        const T* q, const T* k, const T* v, const int* len, T* out, float* part, int* count, AdArgs a) {        \
-        attention_decode<T, D, R>(q, k, v, len, out, part, count, a);                                           \
+        const T* q, const T* k, const T* v, const int* len, T* out, AdArgs a) {                                 \
+        attention_decode<T, D, R>(q, k, v, len, out, a);                                                        \
     }
 #define KILN_AD_ROWS(S, T, D) KILN_AD(S, T, D, 4) KILN_AD(S, T, D, 8)
 #define KILN_AD_DIMS(S, T) \

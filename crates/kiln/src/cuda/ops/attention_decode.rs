@@ -1,10 +1,11 @@
 //! Decode attention (`kernels/attention_decode.cu`): `scaled_dot_product_attention` for 1–8
 //! queries per head over keys and values read where they lie in a KV cache, split over
-//! the keys (flash-decoding): each split's state goes to a scratch buffer and the last
-//! block of a group merges them. [`declines`] is the one place that says which shapes it takes;
+//! the keys (flash-decoding) with the splits of one group merged inside a thread-block
+//! cluster. [`declines`] is the one place that says which shapes it takes;
 //! `ops/attention.rs` sends those here and the rest to the composed path.
 //!
-//! On by default; [`settings::DECODE_ATTENTION`] (`KILN_DECODE_ATTENTION=0`) sends every
+//! On by default (it passed `gpu_attention`, memcheck and racecheck on an H100,
+//! 2026-12-05); [`settings::DECODE_ATTENTION`] (`KILN_DECODE_ATTENTION=0`) sends every
 //! call to the composed path instead, for comparison. It is also what makes a decode step
 //! capturable: the composed path's key mask is made on the host.
 
@@ -26,10 +27,10 @@ pub const MAX_QUERIES: usize = 8;
 const TILES: [usize; 2] = [4, 8];
 /// `AD_THREADS` of the kernel.
 const THREADS: u32 = 256;
-/// Keys a split should have at least (a step of every warp).
-const MIN_KEYS_PER_SPLIT: usize = 64;
-/// `AD_MAX_SPLITS` of the kernel.
-const MAX_SPLITS: usize = 64;
+/// Keys a split should have at least (a few steps of every warp).
+const MIN_KEYS_PER_SPLIT: usize = 256;
+/// `CLUSTER_MAX` of common.cuh.
+const MAX_SPLITS: usize = 16;
 
 /// Mirrors `struct AdArgs` of the kernel (passed by value).
 #[repr(C)]
@@ -44,7 +45,6 @@ struct AdArgs {
     s: i32,
     tiles: i32,
     causal: i32,
-    splits: i32,
     scale_log2: f32,
 }
 
@@ -118,13 +118,17 @@ pub fn declines(q: &Layout, k: &Layout, v: &Layout, dt: DType) -> std::result::R
     Ok(Shape { batch, hq, hkv, l, s, e })
 }
 
-/// Query rows per block, groups, and blocks per group (splits over the keys) for `sh` on a
-/// device of `sms` SMs: two blocks per SM where the keys allow.
-fn plan(sh: &Shape, sms: usize) -> (usize, usize, usize) {
+/// Query rows per block and blocks per group (splits over the keys) for `sh` on a device
+/// of `sms` SMs that has clusters or not.
+fn plan(sh: &Shape, sms: usize, clusters: bool) -> (usize, usize, usize) {
     let rows = sh.hq / sh.hkv * sh.l;
     let tile = TILES.into_iter().find(|&t| t >= rows).unwrap_or(MAX_QUERIES);
     let groups = sh.batch * sh.hkv * rows.div_ceil(tile);
-    let splits = (2 * sms).div_ceil(groups).min(sh.s.div_ceil(MIN_KEYS_PER_SPLIT)).clamp(1, MAX_SPLITS);
+    let splits = if clusters {
+        (2 * sms).div_ceil(groups).min(sh.s.div_ceil(MIN_KEYS_PER_SPLIT)).clamp(1, MAX_SPLITS)
+    } else {
+        1
+    };
     (tile, groups, splits)
 }
 
@@ -145,11 +149,8 @@ pub fn sdpa(
     let dev = dev_of(q)?;
     let size = dt.size();
     let out = dev.alloc(sh.batch * sh.hq * sh.l * sh.e * size)?;
-    let (tile, groups, splits) = plan(&sh, dev.props().sm_count.max(1) as usize);
-    // Each split's (m, l, acc) of its rows, f32, and a counter per group (zeroed here; the
-    // merging block sets it back to 0).
-    let part = dev.alloc(groups * splits * tile * (sh.e + 2) * 4)?;
-    let count = dev.alloc_zeroed(groups * 4)?;
+    let clusters = dev.props().cc_major >= 9;
+    let (tile, groups, splits) = plan(&sh, dev.props().sm_count.max(1) as usize, clusters);
     let name = format!("attention_decode_{}_d{}_r{tile}", suffix("scaled_dot_product_attention", dt)?, sh.e);
     let f = dev.function(&ATTENTION_DECODE, &name)?;
     let st = |l: &Layout| strides(l).map(|s| s as i64);
@@ -164,24 +165,26 @@ pub fn sdpa(
         s: sh.s as i32,
         tiles: (g * sh.l).div_ceil(tile) as i32,
         causal: causal as i32,
-        splits: splits as i32,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
     };
     let at = |b: &DeviceBuffer, l: &Layout| b.ptr() + (l.offset * size) as u64;
     let (qp, kp, vp, lp, op) = (at(q, ql), at(k, kl), at(v, vl), len.unwrap_or(0), out.ptr());
-    let (pp, cp) = (part.ptr(), count.ptr());
     let cfg = LaunchConfig {
         grid_dim: ((groups * splits) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let how = Launch { after_previous: dependent_launch(&dev)?, ..Launch::default() };
+    let how = Launch {
+        cluster: (splits > 1).then_some(splits as u32),
+        after_previous: dependent_launch(&dev)?,
+        ..Launch::default()
+    };
     // SAFETY: q, k and v hold the `sh` views at their layouts' offsets and strides (rows of
     // E contiguous elements; k and v 16-byte aligned, as `declines` checked); `lp` is 0 or
-    // the address of one i32 on this device; `out` holds B·Hq·L·E elements; `part` holds
-    // every block's state and `count` one zeroed i32 per group. The kernel waits for the
-    // previous kernel before its first global access.
-    unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![qp, kp, vp, lp, op, pp, cp, args])? };
+    // the address of one i32 on this device; `out` holds B·Hq·L·E elements. Clusters (of
+    // at most 16 blocks, the grid a multiple) only on sm_90+, where the kernel merges them;
+    // it waits for the previous kernel before its first global access.
+    unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![qp, kp, vp, lp, op, args])? };
     Ok(out)
 }
 
@@ -222,14 +225,13 @@ mod tests {
     #[test]
     fn the_plan_fills_the_gpu_and_covers_every_row() {
         let sh = |hq, hkv, l, s| Shape { batch: 1, hq, hkv, l, s, e: 128 };
-        // Llama-3.1-8B at 4K: 8 groups of 4 rows, 33 splits (two blocks per SM).
-        assert_eq!(plan(&sh(32, 8, 1, 4096), 132), (4, 8, 33));
-        // Short caches split less: at least 64 keys a split.
-        assert_eq!(plan(&sh(32, 8, 1, 300), 132), (4, 8, 5));
-        // Few KV heads split up to 64 ways.
-        assert_eq!(plan(&sh(16, 2, 1, 32768), 132), (8, 2, 64));
+        // Llama-3.1-8B at 4K: 8 groups of 4 rows, 16 splits.
+        assert_eq!(plan(&sh(32, 8, 1, 4096), 132, true), (4, 8, 16));
+        // Short caches split less; no clusters, no splits.
+        assert_eq!(plan(&sh(32, 8, 1, 300), 132, true), (4, 8, 2));
+        assert_eq!(plan(&sh(32, 8, 1, 4096), 132, false), (4, 8, 1));
         // MQA with 8 queries: 64 rows in 8 tiles of 8.
-        assert_eq!(plan(&sh(8, 1, 8, 32768), 132), (8, 8, 33));
-        assert_eq!(plan(&sh(2, 2, 1, 1), 132), (4, 2, 1));
+        assert_eq!(plan(&sh(8, 1, 8, 32768), 132, true), (8, 8, 16));
+        assert_eq!(plan(&sh(2, 2, 1, 1), 132, true), (4, 2, 1));
     }
 }
