@@ -98,8 +98,10 @@ pub fn generate(
     let ids: Vec<i64> = prompt.iter().map(|&i| i as i64).collect();
     let ids = Tensor::from_vec(ids, &[1, prompt.len()], device)?;
     sampler.observe(&ids)?;
-    let hidden = model.forward(&ids, &mut cache)?;
-    let token = sampler.sample(&model.logits(&hidden.narrow(1, prompt.len() - 1, 1)?)?)?.reshape(&[1, 1])?;
+    let token = on_pool(device, || {
+        let hidden = model.forward(&ids, &mut cache)?;
+        sampler.sample(&model.logits(&hidden.narrow(1, prompt.len() - 1, 1)?)?)?.reshape(&[1, 1])
+    })?;
     let mut id = read_token(&token)?;
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
@@ -118,7 +120,7 @@ pub fn generate(
         if keep(id, &mut stats)? {
             break;
         }
-        graph_decode::step(model, &mut cache, &mut sampler, &token)?;
+        on_pool(device, || graph_decode::step(model, &mut cache, &mut sampler, &token))?;
         id = read_token(&token)?;
         stats.decode_steps += 1;
         if use_graph && !stats.graph {
@@ -138,6 +140,18 @@ pub fn generate(
     }
     stats.decode_secs = t1.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// Runs `f` on a thread of rayon's pool when the model is on the CPU. The CPU ops fork onto
+/// that pool: from one of its own threads a fork is a push that the other thread steals,
+/// while from outside it every op hands its work over and sleeps on a lock until woken
+/// (two futex round trips per op, hundreds of ops per token, a third thread on the cores).
+fn on_pool<R: Send>(device: kiln::Device, f: impl FnOnce() -> R + Send) -> R {
+    if device.is_cuda() {
+        f()
+    } else {
+        rayon::scope(|_| f())
+    }
 }
 
 /// Replays `g` until `keep` says stop, reading each step's token while the next one runs.

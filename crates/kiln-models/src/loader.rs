@@ -48,6 +48,15 @@ impl std::str::FromStr for Quantize {
     }
 }
 
+/// A weight as loaded: frozen on the CPU, where freezing puts it on huge pages for the
+/// decode's streaming reads (`Tensor::freeze`). CUDA weights are left as they were.
+pub(crate) fn parameter(t: Tensor) -> Result<Tensor> {
+    if t.device() == Device::Cpu {
+        t.freeze()?;
+    }
+    Ok(t)
+}
+
 pub trait WeightSource {
     /// The tensor stored as `name`, of `shape`, on the model's device and dtype.
     fn get(&mut self, name: &str, shape: &[usize]) -> Result<Tensor>;
@@ -249,7 +258,7 @@ impl WeightSource for CheckpointSource {
         self.bar.set_message(name.to_string());
         let t = self.ck.load(name, self.device)?.to_dtype(self.dtype)?;
         self.bar.inc((t.numel() * meta.dtype.size()) as u64);
-        Ok(t)
+        parameter(t)
     }
 
     fn device(&self) -> Device {
@@ -320,7 +329,7 @@ impl WeightSource for RandomSource {
             return Tensor::ones(shape, self.dtype, self.device);
         }
         self.seed += 1;
-        Tensor::randn(shape, self.seed, self.dtype, self.device)?.mul_scalar(self.std)
+        parameter(Tensor::randn(shape, self.seed, self.dtype, self.device)?.mul_scalar(self.std)?)
     }
 
     fn device(&self) -> Device {

@@ -155,11 +155,12 @@ pub static FP8_LINEAR_VARIANT: Setting<Option<Fp8LinearVariant>> = Setting::new(
     parse_auto,
 );
 
-/// `scaled_dot_product_attention` on CUDA takes the split-KV decode kernel where it fits
-/// (`0` sends every call to the composed path, for comparison).
+/// `scaled_dot_product_attention` takes the decode path where it fits: the split-KV kernel
+/// on CUDA, the one-pass kernel on the CPU (`0` sends every call to the composed path, for
+/// comparison).
 pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
     "KILN_DECODE_ATTENTION",
-    "split-KV decode attention kernel for 1-8 queries (0: composed attention)",
+    "decode attention for 1-8 queries: split-KV kernel on CUDA, one pass on the CPU (0: composed)",
     || true,
     parse_bool,
 );

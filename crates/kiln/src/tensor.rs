@@ -56,9 +56,13 @@ impl Tensor {
     /// ahead of them on the stream has finished: `scaled_mm`'s decode kernel starts
     /// streaming a frozen weight while the previous op still runs (programmatic dependent
     /// launch, sm_90+), which in a run of decode ops hides most of each launch's latency.
+    /// On the CPU the storage moves onto huge pages where Linux allows
+    /// (`CpuBuffer::collapse_huge_pages`), for the same streaming reads.
     pub fn freeze(&self) -> Result<()> {
-        if let Device::Cuda(i) = self.device {
-            crate::cuda::device(i)?.synchronize()?;
+        match (self.device, &*self.read()) {
+            (Device::Cuda(i), _) => crate::cuda::device(i)?.synchronize()?,
+            (_, Storage::Cpu(b)) => b.collapse_huge_pages(),
+            _ => {}
         }
         self.storage.frozen.store(true, Ordering::Release);
         Ok(())

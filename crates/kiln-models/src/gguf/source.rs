@@ -141,7 +141,9 @@ impl WeightSource for GgufSource<'_> {
             .ok_or_else(|| "no GGUF name for it".to_string())
             .and_then(|(g, expert)| self.values(&g, expert, shape).map_err(|e| format!("({g}) {e}")));
         match found {
-            Ok(v) => Tensor::from_vec(v, shape, Device::Cpu)?.to_dtype(self.dtype)?.to_device(self.device),
+            Ok(v) => crate::loader::parameter(
+                Tensor::from_vec(v, shape, Device::Cpu)?.to_dtype(self.dtype)?.to_device(self.device)?,
+            ),
             Err(e) => {
                 self.problems.push(format!("{name}: {e}"));
                 self.placeholder(shape)

@@ -1,6 +1,7 @@
 //! The CPU backend: the reference implementation of every op. Kernels take typed slices
 //! plus layouts and return fresh contiguous buffers; validation happened in `ops/`.
 
+pub mod attention;
 mod buffer;
 pub mod elementwise;
 pub mod gemv;

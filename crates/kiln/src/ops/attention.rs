@@ -38,7 +38,9 @@ impl Tensor {
     /// its rows, so keys and values are read as they lie (no repeat).
     ///
     /// On CUDA, 1–8 queries per head without `attn_mask` take the decode attention kernel
-    /// (`cuda/ops/attention_decode.rs`, which says which shapes fit); the rest are composed.
+    /// (`cuda/ops/attention_decode.rs`, which says which shapes fit); on the CPU, the same
+    /// calls with `[B, H, S, E]` operands take `cpu/attention.rs`, computed in f32 and
+    /// rounded once. The rest are composed (`KILN_DECODE_ATTENTION=0`: all of them).
     pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, o: &Sdpa<'_>) -> Result<Tensor> {
         let q = self;
         check(q, key, value, o)?;
@@ -46,6 +48,9 @@ impl Tensor {
         let s = key.shape()[key.rank() - 2];
         let scale = o.scale.unwrap_or(1.0 / (e as f64).sqrt());
         if let Some(out) = decode_kernel(q, key, value, o, scale)? {
+            return Ok(out);
+        }
+        if let Some(out) = cpu_decode(q, key, value, o, scale)? {
             return Ok(out);
         }
         let causal = if o.is_causal { Some(Sdpa::causal_mask(l, s, 0, q.device())?) } else { None };
@@ -131,6 +136,52 @@ fn decode_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -
     let mut shape = q.shape()[..q.rank() - 2].to_vec();
     shape.extend([sh.l, sh.e]);
     Ok(Some(Tensor::from_storage(Storage::Cuda(buf), &shape, q.dtype(), q.device())))
+}
+
+/// The CPU decode attention's result, or `None` where the composed path takes the call:
+/// 1–8 queries, no `attn_mask`, rank-4 operands with equal batch, heads equal or grouped
+/// (`enable_gqa`), the last dim contiguous.
+fn cpu_decode(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
+    use crate::cpu::attention::{decode, Shape, View};
+    use crate::storage::Storage;
+    let [qs, ks, vs] = [q, k, v].map(|t| t.shape());
+    let fits = q.device() == crate::Device::Cpu
+        && o.attn_mask.is_none()
+        && [qs, ks, vs].iter().all(|s| s.len() == 4 && s[0] == qs[0])
+        && (1..=8).contains(&qs[2])
+        && vs[1] == ks[1]
+        && (qs[1] == ks[1] || o.enable_gqa)
+        && crate::settings::DECODE_ATTENTION.get()?;
+    if !fits {
+        return Ok(None);
+    }
+    let sh = Shape { b: qs[0], hq: qs[1], hkv: ks[1], l: qs[2], s: ks[2], e: qs[3], ev: vs[3] };
+    let keys = match o.kv_len {
+        Some(n) => n.to_vec::<i32>()?[0].max(0) as usize,
+        None => sh.s,
+    };
+    let dt = q.dtype();
+    // f32 operands as they lie; other floats widened once (a copy of the cache's view).
+    let [q, k, v] =
+        [q, k, v].map(|t| if t.dtype() == DType::F32 { Ok(t.clone()) } else { t.to_dtype(DType::F32) });
+    let (q, k, v) = (q?, k?, v?);
+    let [q, k, v] = [q, k, v].map(|t| if t.layout().strides[3] == 1 { Ok(t) } else { t.contiguous() });
+    let (q, k, v) = (q?, k?, v?);
+    let (gq, gk, gv) = (q.read(), k.read(), v.read());
+    let (Storage::Cpu(bq), Storage::Cpu(bk), Storage::Cpu(bv)) = (&*gq, &*gk, &*gv) else {
+        unreachable!("devices checked")
+    };
+    fn view<'a>(t: &Tensor, b: &'a crate::cpu::CpuBuffer) -> View<'a> {
+        let l = t.layout();
+        View {
+            data: b.as_slice::<f32>(),
+            offset: l.offset,
+            strides: [l.strides[0], l.strides[1], l.strides[2]],
+        }
+    }
+    let (vq, vk, vv) = (view(&q, bq), view(&k, bk), view(&v, bv));
+    let y = decode(&vq, &vk, &vv, sh, keys, o.is_causal, scale as f32);
+    Tensor::from_vec(y, &[sh.b, sh.hq, sh.l, sh.ev], q.device())?.to_dtype(dt).map(Some)
 }
 
 fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>) -> Result<()> {
