@@ -1,5 +1,5 @@
 //! llama.cpp's GGUF files (`kiln generate --model file.gguf`, or a folder holding one and
-//! no config.json): the container ([`file`]), its tensor types dequantised to the model
+//! no config.json): the container ([`file`](mod@file)), its tensor types dequantised to the model
 //! dtype on load ([`dequant`]: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), the
 //! config from `{arch}.*` metadata ([`config`]: llama, qwen3, qwen3moe), the byte-level
 //! BPE tokenizer from `tokenizer.ggml.*` ([`tokenizer`]) and the chat template from

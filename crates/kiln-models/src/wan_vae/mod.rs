@@ -4,7 +4,7 @@
 //! Video runs through causal 3-D convolutions a chunk of frames at a time, as diffusers
 //! does: encoding takes the first frame alone and then 4 frames at a time, decoding one
 //! latent frame at a time, and each causal conv keeps the frames the next chunk needs
-//! ([`layers::FeatCache`]). So memory grows with a chunk, not with the video, and the
+//! (`layers::FeatCache`). So memory grows with a chunk, not with the video, and the
 //! results are diffusers' (its first-chunk rules change the numbers, see `resample.rs`).
 
 pub mod config;

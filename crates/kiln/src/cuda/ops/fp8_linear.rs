@@ -92,7 +92,7 @@ impl std::str::FromStr for Variant {
 }
 
 /// The variant for `n` × `k`: the forced one ([`settings::FP8_LINEAR_VARIANT`]), else one 16-row tile per warp and as many warps
-/// splitting K as bring the launch to [`TARGET_WARPS`], each with at least one whole step.
+/// splitting K as bring the launch to `TARGET_WARPS`, each with at least one whole step.
 /// A starting point from the design; the lead tunes it on the H200.
 pub fn choose(n: usize, k: usize) -> Result<Variant> {
     if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {

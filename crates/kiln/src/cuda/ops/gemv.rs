@@ -3,7 +3,7 @@
 //! kernel, the same GEMV with one weight per slot picked from stacked experts on the
 //! device. [`TABLE`] is the one place that picks a kernel variant per shape.
 //!
-//! Tuning: `KILN_GEMV_VARIANT=b16_r2_u4_g1_w4` (or [`force`]) forces one variant on
+//! Tuning: `KILN_GEMV_VARIANT=b16_r2_u4_g1_w4` (or `force`) forces one variant on
 //! every call; `kiln bench --suite linear` prints the variant each shape ran with, and with
 //! `KILN_GEMV_SWEEP=1` times every [`candidates`] variant per shape. Edit [`TABLE`] from that.
 
@@ -222,7 +222,7 @@ fn x_rows(
     })
 }
 
-/// `x` [..., K] (any layout) · `w` [N, K]ᵀ (+ `bias` [N], any stride) → [rows, N], where
+/// `x` `[..., K]` (any layout) · `w` `[N, K]`ᵀ (+ `bias` `[N]`, any stride) → `[rows, N]`, where
 /// [`declines`] said yes.
 pub fn linear(
     x: &DeviceBuffer,
