@@ -292,7 +292,8 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
     use std::io::Write;
     let device = Device::parse(&a.device)?;
-    let default_dtype = if device.is_cuda() || kiln::cpu::gemv::fast_16bit_weights() { "bf16" } else { "f32" };
+    let default_dtype =
+        if device.is_cuda() || kiln::cpu::gemv::fast_16bit_weights() { "bf16" } else { "f32" };
     let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype))?;
     if a.prompt.is_empty() {
         return Err(kiln::Error::invalid("generate", "--prompt is empty"));
