@@ -50,9 +50,11 @@ impl Readback {
         };
         let stream = self.dev.stream();
         self.dev.context().bind_to_thread()?;
-        // SAFETY: `src..src + bytes` is the live tensor's memory on this device; the host slot holds
-        // `bytes` and stays allocated until the event below completes (`wait`, `drop`).
+        // SAFETY: the page-locked host slot holds `bytes` and no other reference to it is live
+        // (the previous copy into it was waited for just above).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.host, bytes) };
+        // SAFETY: `src..src + bytes` is the live tensor's memory on this device; `dst` stays
+        // allocated until the event below completes (`wait`, `drop`).
         unsafe { dresult::memcpy_dtoh_async(dst, src, stream.cu_stream()) }?;
         self.done.record(&stream)?;
         self.queued = true;
