@@ -85,8 +85,9 @@ impl CpuBuffer {
     /// huge pages now (`MADV_COLLAPSE`: best effort, contents unchanged, whatever the THP
     /// sysfs mode). A decode streams every weight once per token; on 4 KiB pages the TLB
     /// misses cost about a fifth of the memory's read rate (24.5 vs 30.6 GB/s measured on
-    /// a 2-core Xeon). The regions are rounded outward, so weights smaller than 2 MiB
-    /// share a huge page with their neighbours (the same process's memory).
+    /// a 2-core Xeon). Weights smaller than 2 MiB share a huge page with their neighbours
+    /// (the region is rounded outward; the same process's memory); larger ones get the
+    /// huge pages that lie wholly inside them.
     pub fn collapse_huge_pages(&self) {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         {
@@ -95,8 +96,19 @@ impl CpuBuffer {
             if b.len() < HUGE / 32 {
                 return;
             }
-            let start = b.as_ptr() as usize & !(HUGE - 1);
-            let end = (b.as_ptr() as usize + b.len()).next_multiple_of(HUGE);
+            let (lo, hi) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+            // A buffer of 2 MiB or more may be its own mapping (malloc mmaps large ones):
+            // rounded outward, its range reaches past the mapping and the call can fail
+            // for all of it (rounded outward, 245 of SmolLM2's 540 MiB of f32 weights
+            // ended up on huge pages). So its whole huge pages only.
+            let (start, end) = if b.len() >= HUGE {
+                (lo.next_multiple_of(HUGE), hi & !(HUGE - 1))
+            } else {
+                (lo & !(HUGE - 1), hi.next_multiple_of(HUGE))
+            };
+            if start >= end {
+                return;
+            }
             // SAFETY: MADV_COLLAPSE changes only how pages are mapped, never what they hold;
             // on a range with unmapped parts it fails for those without touching anything.
             // Its result is deliberately ignored: huge pages are an optimisation.
