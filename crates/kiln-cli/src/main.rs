@@ -261,7 +261,7 @@ struct GenerateArgs {
     device: String,
     /// Weights as bf16 or f32 (converted on load); also the activations' dtype. Default:
     /// bf16 on a GPU; on the CPU bf16 where its GEMV reads 16-bit weights at memory speed
-    /// (AVX-512: half the bytes, ~1.5× the tokens/s), else f32 (the portable kernel's
+    /// (AVX-512: half the bytes, 1.3–1.5× the tokens/s), else f32 (the portable kernel's
     /// widening pass makes bf16 the slower one).
     #[arg(long)]
     dtype: Option<String>,
