@@ -8,7 +8,7 @@
 //! `weight_scale_inv` (DeepSeek / Qwen3-FP8 128×128 blocks, despite the name also a
 //! multiplier).
 
-use kiln::fp8::{dequantize_blocks, quantize, Granularity};
+use kiln::fp8::{column_scale, dequantize_blocks, quantize, Granularity};
 use kiln::io::safetensors::Checkpoint;
 use kiln::{DType, Device, Error, Result, Tensor};
 
@@ -66,10 +66,7 @@ impl Fp8Weight {
             Granularity::Tensor => scale.reshape(&[])?,
             Granularity::Row => scale.reshape(&[n, 1])?,
         };
-        let col_scale = match granularity {
-            Granularity::Tensor => scale.reshape(&[1, 1])?.broadcast_to(&[1, n])?.contiguous()?,
-            Granularity::Row => scale.reshape(&[1, n])?.contiguous()?,
-        };
+        let col_scale = column_scale(&scale, n)?;
         Ok(Fp8Weight { weight: weight.contiguous()?, scale, granularity, col_scale })
     }
 

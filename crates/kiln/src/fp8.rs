@@ -5,4 +5,5 @@
 //! the Hugging Face FP8 checkpoint loader live in kiln-models (`kiln_models::fp8_weight`).
 
 pub use crate::ops::quantize::{dequantize_blocks, quantize, Granularity, AMAX_EPS, E4M3_MAX};
+pub use crate::ops::scaled_mm::column_scale;
 pub use crate::ops::Recipe;

@@ -10,7 +10,7 @@ mod common;
 
 use common::{e, same, tol_of, Case, Ctx, CPU};
 use kiln::cuda::ops::W8A16_MAX_M;
-use kiln::fp8::{quantize, Granularity};
+use kiln::fp8::{column_scale, quantize, Granularity};
 use kiln::{DType, Tensor};
 use std::process::ExitCode;
 
@@ -296,11 +296,6 @@ fn dequantize((q, s): Fp8<'_>) -> kiln::Result<Tensor> {
     q.to_dtype(DType::F32)?.mul(s)
 }
 
-/// The per-tensor scale `s` broadcast to `[1, n]` once, as a layer passes it to `linear_fp8`.
-fn col_scale(s: &Tensor, n: usize) -> kiln::Result<Tensor> {
-    s.reshape(&[1, 1])?.broadcast_to(&[1, n])?.contiguous()
-}
-
 /// `F.linear(x, w.dequantize())` on the CPU in f32, rounded once to x's dtype.
 fn dequantised_linear(xc: &Tensor, wc: Fp8<'_>, bc: Option<&Tensor>) -> kiln::Result<Tensor> {
     let b32 = bc.map(|b| b.to_dtype(DType::F32)).transpose()?;
@@ -318,7 +313,7 @@ fn w8a16(cx: &mut Ctx) -> R {
         let (_, wc) = cx.pair(&[n, k], DType::F32, 0.05).map_err(e)?;
         let (qt, st) = quantize(&wc, Granularity::Tensor).map_err(e)?;
         let (qr, sr) = quantize(&wc, Granularity::Row).map_err(e)?;
-        let st_col = col_scale(&st, n).map_err(e)?;
+        let st_col = column_scale(&st, n).map_err(e)?; // as `Fp8Weight` passes it
         for (form, qc, sc) in [("Row", &qr, &sr), ("Tensor", &qt, &st), ("Tensor [1, N]", &qt, &st_col)] {
             // One quantised weight, bit-identical on both devices.
             let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);

@@ -207,11 +207,7 @@ impl Tensor {
         if let Some(y) = x.linear_w8a16(weight, scale, bias)? {
             return y.reshape(&shape);
         }
-        let col_scale = if per_channel {
-            scale.reshape(&[1, n])?
-        } else {
-            scale.reshape(&[1, 1])?.broadcast_to(&[1, n])?.contiguous()?
-        };
+        let col_scale = column_scale(scale, n)?;
         let (xq, xs) = quantize(&x, Granularity::Row)?;
         let dt = self.dtype();
         // scaled_mm takes a bias only for 16-bit outputs; f32 adds it afterwards.
@@ -274,6 +270,17 @@ impl Tensor {
 }
 
 /// A CPU bias of `dt` as f32 values.
+/// A weight's f32 scale (one element, or one per output channel of `n`) as the `[1, N]`
+/// column vector the row-wise `scaled_mm` of `linear_fp8` reads: a view of a per-channel
+/// scale, a buffer of its own for a per-tensor one.
+pub fn column_scale(scale: &Tensor, n: usize) -> Result<Tensor> {
+    if scale.numel() == 1 {
+        scale.reshape(&[1, 1])?.broadcast_to(&[1, n])?.contiguous()
+    } else {
+        scale.reshape(&[1, n])?.contiguous()
+    }
+}
+
 fn cpu_f32(b: &cpu::CpuBuffer, dt: DType) -> Vec<f32> {
     let t = cpu::cast(b, &Layout::contiguous(&[b.len_bytes() / dt.size()]), dt, DType::F32);
     t.as_slice::<f32>().to_vec()
