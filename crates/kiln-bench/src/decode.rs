@@ -13,7 +13,10 @@
 //! per step is device time plus launch gaps). On CUDA each context is timed twice: eager
 //! (kernels queued one by one) and with the step captured once as a CUDA graph and
 //! replayed (`graph`, what `kiln generate` runs with `KILN_GRAPH_DECODE=1`; the graph's
-//! node count is the kernels and copies per token). Before decoding, one forward over a 512-token prompt from an empty
+//! node count is the kernels and copies per token), after the captured step is timed
+//! eagerly (`eager-dev`: the length read on the device, the whole cache attended with it).
+//! Under `ncu --profile-from-start off` exactly two steps are profiled: one eager, one of
+//! the captured form. Before decoding, one forward over a 512-token prompt from an empty
 //! cache is timed (`prompt`).
 
 use crate::peaks::{self, gib, Peaks};
@@ -181,6 +184,9 @@ pub fn run_config(
         results.push(timed("eager", ctx, warmup, steps, floor(ctx), step)?);
     }
     let graph = if device.is_cuda() {
+        // One eager step as the first range `ncu --profile-from-start off` profiles.
+        kiln::cuda::device_of(device)?
+            .profiler_range(|| decode_step(&model, &mut cache, &mut sampler, &mut token))?;
         graph_steps(&model, &mut cache, &mut sampler, contexts, steps, &floor).unwrap_or_else(|e| {
             println!("  graph: not captured: {e}");
             json!({ "error": e.to_string() })
@@ -262,19 +268,44 @@ fn graph_steps(
     cache.set_len(contexts.first().copied().unwrap_or(1).saturating_sub(WARMUP + 2))?;
     // One eager step with the length on the device loads what the captured step launches.
     graph_decode::step(model, cache, sampler, &token)?;
-    let g = GraphStep::capture(model, cache, sampler, &token)?;
-    let nodes = g.nodes()?;
-    println!("  graph: {nodes} nodes per step");
-    let mut out = vec![];
+    // The captured step run eagerly: what the graph's kernels cost without the graph (the
+    // length read on the device, the whole cache attended with that length).
+    let mut eager = vec![];
+    // The step the graph holds, once, in the second profiler range (see `run_config`).
+    let dev = kiln::cuda::device_of(device)?;
+    dev.profiler_range(|| graph_decode::step(model, cache, sampler, &token))?;
     for &ctx in contexts {
         cache.set_len(ctx.saturating_sub(WARMUP + 1))?;
         let step = || {
-            g.replay(cache)?;
-            g.token().to_vec::<i64>().map(drop)
+            graph_decode::step(model, cache, sampler, &token)?;
+            token.to_vec::<i64>().map(drop)
         };
-        out.push(timed("graph", ctx, WARMUP, steps, floor(ctx), step)?);
+        eager.push(timed("eager-dev", ctx, WARMUP, steps, floor(ctx), step)?);
     }
-    Ok(json!({ "nodes_per_step": nodes, "decode": out }))
+    let g = GraphStep::capture(model, cache, sampler, &token)?;
+    let nodes = g.nodes()?;
+    println!("  graph: {nodes} nodes per step");
+    let (start, end) = (dev.new_event(true)?, dev.new_event(true)?);
+    let mut out = vec![];
+    for &ctx in contexts {
+        cache.set_len(ctx.saturating_sub(WARMUP + 1))?;
+        // Device time of each replay (events either side), beside the wall time per token.
+        let mut device_ms = Vec::with_capacity(steps + WARMUP);
+        let step = || {
+            start.record(&dev.stream())?;
+            g.replay(cache)?;
+            end.record(&dev.stream())?;
+            g.token().to_vec::<i64>()?;
+            device_ms.push(f64::from(start.elapsed_ms(&end)?));
+            Ok(())
+        };
+        let mut r = timed("graph", ctx, WARMUP, steps, floor(ctx), step)?;
+        let dm = Stats::from_samples(device_ms, WARMUP).median_ms;
+        println!("        context {ctx:>5}: device time per replay {dm:.2} ms (median)");
+        r["device_median_ms"] = json!(dm);
+        out.push(r);
+    }
+    Ok(json!({ "nodes_per_step": nodes, "decode": out, "eager_device_length": eager }))
 }
 
 /// Tokens of the timed prompt (capped at the smallest context).

@@ -39,6 +39,8 @@ pub struct GenerateStats {
     pub decode_secs: f64,
     /// Whether the decode steps after the first replayed a CUDA graph.
     pub graph: bool,
+    /// Why the step could not be captured, where graph decode was asked for and declined.
+    pub graph_declined: Option<String>,
 }
 
 impl GenerateStats {
@@ -106,7 +108,7 @@ pub fn generate(
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    let use_graph =
+    let mut use_graph =
         device.is_cuda() && !opts.eager && sampler.is_greedy() && kiln::settings::GRAPH_DECODE.get()?;
     if use_graph {
         cache.track_on_device()?;
@@ -123,7 +125,7 @@ pub fn generate(
         on_pool(device, || graph_decode::step(model, &mut cache, &mut sampler, &token))?;
         id = read_token(&token)?;
         stats.decode_steps += 1;
-        if use_graph && !stats.graph {
+        if use_graph {
             // The eager step above loaded every kernel: capture from here on.
             match GraphStep::capture(model, &mut cache, &mut sampler, &token) {
                 Ok(g) => {
@@ -134,7 +136,11 @@ pub fn generate(
                     replay_loop(&g, &mut cache, &mut stats, &mut keep)?;
                     break;
                 }
-                Err(e) => tracing::warn!("decode runs eagerly: the step could not be captured ({e})"),
+                Err(e) => {
+                    tracing::warn!("decode runs eagerly: the step could not be captured ({e})");
+                    stats.graph_declined = Some(e.to_string());
+                    use_graph = false;
+                }
             }
         }
     }

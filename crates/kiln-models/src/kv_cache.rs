@@ -28,10 +28,6 @@ pub struct KvCache {
 struct DeviceLen {
     /// Positions filled, i32 `[1]`.
     len: Tensor,
-    /// Flat offset of position 0 of every (batch, kv head, dim) of a layer's key (or value)
-    /// cache, i64, in that order: a step writes at `base + len · head_dim`.
-    base: Tensor,
-    head_dim: usize,
     /// The step under way, between [`KvCache::begin_step`] and [`KvCache::advance`].
     step: Option<DeviceStep>,
 }
@@ -39,12 +35,11 @@ struct DeviceLen {
 /// A one-token step's position on the device.
 #[derive(Clone)]
 pub struct DeviceStep {
-    /// The new token's position, i64 `[1]` (rotary tables are indexed by it).
+    /// The new token's position, i64 `[1]`: rotary tables are indexed by it and the
+    /// step's keys and values written there (`index_copy_`).
     pub position: Tensor,
     /// Keys to attend to, `len + 1`, i32 `[1]` (`Sdpa::kv_len`).
     pub kv_len: Tensor,
-    /// Where the step's keys and values go in the flattened cache, i64.
-    index: Tensor,
 }
 
 impl KvCache {
@@ -144,16 +139,7 @@ impl KvCache {
                 "a model without attention layers has no length to track",
             ));
         };
-        let &[b, h, cap, d] = k.shape() else { unreachable!("keys are [B, kv_heads, capacity, head_dim]") };
-        let base: Vec<i64> =
-            (0..b * h).flat_map(|bh| (0..d).map(move |j| ((bh * cap * d) + j) as i64)).collect();
-        let device = k.device();
-        self.device_len = Some(DeviceLen {
-            len: Tensor::zeros(&[1], DType::I32, device)?,
-            base: Tensor::from_vec(base, &[b * h * d], device)?,
-            head_dim: d,
-            step: None,
-        });
+        self.device_len = Some(DeviceLen { len: Tensor::zeros(&[1], DType::I32, k.device())?, step: None });
         self.upload_len()
     }
 
@@ -172,11 +158,7 @@ impl KvCache {
         self.step_end(t)?;
         let Some(dl) = self.device_len.as_mut().filter(|_| t == 1) else { return Ok(None) };
         let position = dl.len.to_dtype(DType::I64)?;
-        let step = DeviceStep {
-            kv_len: dl.len.add_scalar(1.0)?,
-            index: dl.base.add(&position.mul_scalar(dl.head_dim as f64)?)?,
-            position,
-        };
+        let step = DeviceStep { kv_len: dl.len.add_scalar(1.0)?, position };
         dl.step = Some(step.clone());
         Ok(Some(step))
     }
@@ -212,8 +194,8 @@ impl KvCache {
     pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let (kc, vc) = (&self.keys[layer], &self.values[layer]);
         if let Some(step) = self.device_step() {
-            kc.put_(&step.index, k, false)?;
-            vc.put_(&step.index, v, false)?;
+            kc.index_copy_(2, &step.position, k)?;
+            vc.index_copy_(2, &step.position, v)?;
             return Ok((kc.clone(), vc.clone()));
         }
         let t = k.size(2)?;
@@ -275,8 +257,13 @@ mod tests {
         let step = c.begin_step(1).unwrap().expect("one token reads the device length");
         assert_eq!(step.position.to_vec::<i64>().unwrap(), [1]);
         assert_eq!(step.kv_len.to_vec::<i32>().unwrap(), [2]);
-        // Keys of (head h, dim j) at position 1 of a [1, 2, 3, 4] cache: h·12 + 4 + j.
-        assert_eq!(step.index.to_vec::<i64>().unwrap(), [4, 5, 6, 7, 16, 17, 18, 19]);
+        // The step's keys and values land at position 1 of each head, nothing else moves.
+        let k = Tensor::arange(1.0, 9.0, 1.0, DType::F32, device).unwrap().reshape(&[1, 2, 1, 4]).unwrap();
+        let (keys, values) = c.append(0, &k, &k.neg().unwrap()).unwrap();
+        let at = |t: &Tensor, pos| t.narrow(2, pos, 1).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(at(&keys, 1), (1..9).map(|i| i as f32).collect::<Vec<_>>());
+        assert_eq!(at(&values, 1), (1..9).map(|i| -i as f32).collect::<Vec<_>>());
+        assert_eq!([at(&keys, 0), at(&keys, 2)], [vec![0.0; 8], vec![0.0; 8]]);
         c.advance(1).unwrap();
         assert_eq!((c.len(), dev_len(&c)), (2, 2));
         c.count_replayed_step().unwrap();

@@ -31,7 +31,8 @@ fn graph_vs_eager(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let (eager, graph) = (run(true)?, run(false)?);
     println!("      {arch} {dtype}: graph {}, {} tokens", graph.graph, graph.tokens.len());
     if !graph.graph || eager.graph {
-        return Err(format!("graph used: eager run {}, graph run {}", eager.graph, graph.graph));
+        let why = graph.graph_declined.unwrap_or_default();
+        return Err(format!("graph used: eager run {}, graph run {} {why}", eager.graph, graph.graph));
     }
     if graph.tokens != eager.tokens || graph.tokens.len() != 64 {
         return Err(format!("graph {:?}\n      eager {:?}", graph.tokens, eager.tokens));

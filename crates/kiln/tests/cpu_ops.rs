@@ -188,6 +188,16 @@ fn index_ops() {
     y.put_(&Tensor::from_slice(&[0i64, 0], &[2], CPU).unwrap(), &t(&[1.0, 2.0], &[2]), true).unwrap();
     assert_eq!(vals(&y)[0], 3.0);
     assert_eq!(vals(&x)[0], 0.0, "copy() must not share storage");
+    // index_copy_: columns 3 and 0 of a [3, 4] get the source's two columns; bad shapes,
+    // out-of-range indices and float indices are errors.
+    let z = x.copy().unwrap();
+    let cols = Tensor::from_slice(&[-1i64, 0], &[2], CPU).unwrap();
+    z.index_copy_(1, &cols, &t(&[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0], &[3, 2])).unwrap();
+    assert_eq!(vals(&z), [-2.0, 1.0, 2.0, -1.0, -4.0, 5.0, 6.0, -3.0, -6.0, 9.0, 10.0, -5.0]);
+    assert!(matches!(z.index_copy_(1, &cols, &t(&[0.0; 4], &[2, 2])), Err(Error::BadShape { .. })));
+    let far = Tensor::from_slice(&[4i64], &[1], CPU).unwrap();
+    assert!(matches!(z.index_copy_(1, &far, &t(&[0.0; 3], &[3, 1])), Err(Error::IndexOutOfRange { .. })));
+    assert!(z.index_copy_(1, &t(&[0.0], &[1]), &t(&[0.0; 3], &[3, 1])).is_err());
     let bad = Tensor::from_slice(&[12i64], &[1], CPU).unwrap();
     assert!(matches!(x.take(&bad), Err(Error::IndexOutOfRange { .. })));
     assert!(matches!(x.index_select(0, &t(&[0.0], &[1])), Err(Error::DTypeNotSupported { .. })));

@@ -314,10 +314,12 @@ fn w8a16(cx: &mut Ctx) -> R {
         let (qt, st) = quantize(&wc, Granularity::Tensor).map_err(e)?;
         let (qr, sr) = quantize(&wc, Granularity::Row).map_err(e)?;
         let st_col = column_scale(&st, n).map_err(e)?; // as `Fp8Weight` passes it
-        for (form, qc, sc) in [("Row", &qr, &sr), ("Tensor", &qt, &st), ("Tensor [1, N]", &qt, &st_col)] {
+        // (form, weight, the scale linear_fp8 gets, the scale the reference dequantises by)
+        let forms = [("Row", &qr, &sr, &sr), ("Tensor", &qt, &st, &st), ("Tensor [1, N]", &qt, &st_col, &st)];
+        for (form, qc, sc, s_ref) in forms {
             // One quantised weight, bit-identical on both devices.
             let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);
-            let w32 = dequantize((qc, sc)).map_err(e)?;
+            let w32 = dequantize((qc, s_ref)).map_err(e)?;
             for dt in [DType::BF16, DType::F16] {
                 let (b, bc) = cx.pair(&[n], dt, 1.0).map_err(e)?;
                 for m in [1, 2, 5, 8, 9, 16] {

@@ -399,6 +399,26 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
             yc.put_(&ti, &srcc, acc).map_err(e)?;
             same(&format!("put_ {dt} accumulate={acc}"), &y, &yc, tol_of(dt))?;
         }
+        // index_copy_ along every dim (last, first, a wrapped negative index) over a random
+        // destination, then into a transposed view from a transposed source.
+        for d in 0..3 {
+            let n = x.shape()[d] as i64;
+            let ii = Tensor::from_slice(&[n - 1, 0, -2], &[3], CPU).map_err(e)?;
+            let mut sh = x.shape().to_vec();
+            sh[d] = 3;
+            let (s, sc) = cx.pair(&sh, dt, 3.0).map_err(e)?;
+            let (y, yc) = (x.copy().map_err(e)?, xc.copy().map_err(e)?);
+            y.index_copy_(d as isize, &ii.to_device(cx.gpu).map_err(e)?, &s).map_err(e)?;
+            yc.index_copy_(d as isize, &ii, &sc).map_err(e)?;
+            same(&format!("index_copy_ {dt} dim {d}"), &y, &yc, 0.0)?;
+        }
+        let ii = Tensor::from_slice(&[4i64, 11, 2], &[3], CPU).map_err(e)?;
+        let (s, sc) = cx.pair(&[9, 3, 5], dt, 3.0).map_err(e)?;
+        let (y, yc) = (x.copy().map_err(e)?, xc.copy().map_err(e)?);
+        let (st, stc) = (s.transpose(0, 2).map_err(e)?, sc.transpose(0, 2).map_err(e)?);
+        y.transpose(0, 2).map_err(e)?.index_copy_(1, &ii.to_device(cx.gpu).map_err(e)?, &st).map_err(e)?;
+        yc.transpose(0, 2).map_err(e)?.index_copy_(1, &ii, &stc).map_err(e)?;
+        same(&format!("index_copy_ {dt} views"), &y, &yc, 0.0)?;
         let parts = [x.clone(), x.narrow(1, 2, 3).map_err(e)?];
         let partsc = [xc.clone(), xc.narrow(1, 2, 3).map_err(e)?];
         same(
@@ -448,13 +468,17 @@ fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
             0.0,
         )?;
     }
-    same(
-        "arange",
-        &Tensor::arange(0.0, 10.0, 0.5, DType::F32, cx.gpu).map_err(e)?,
-        &Tensor::arange(0.0, 10.0, 0.5, DType::F32, CPU).map_err(e)?,
-        0.0,
-    )?;
-    let _ = cx;
+    // Made on the device (graph-capturable): every dtype cast as the CPU casts, odd lengths.
+    let ranges = [(0.0, 10.0, 0.5, DType::F32), (3.0, 1000.0, 7.0, DType::I32), (-5.0, 5.0, 0.25, DType::BF16),
+        (1000.0, 5099.0, 1.0, DType::F16), (10.0, -3.0, -1.5, DType::I64), (0.0, 3.0, 1.0, DType::U8)];
+    for (a, b, step, dt) in ranges {
+        same(
+            &format!("arange {a}..{b} step {step} {dt}"),
+            &Tensor::arange(a, b, step, dt, cx.gpu).map_err(e)?,
+            &Tensor::arange(a, b, step, dt, CPU).map_err(e)?,
+            0.0,
+        )?;
+    }
     Ok(())
 }
 

@@ -80,6 +80,24 @@ pub fn take(x: &CpuBuffer, lx: &Layout, idx: &[usize], dt: DType) -> CpuBuffer {
     })
 }
 
+/// `x[.., idx[c], ..] = src[.., c, ..]` along `dim`, in place; repeated indices: the last
+/// write wins.
+pub fn index_copy(x: &mut CpuBuffer, lx: &Layout, dim: usize, idx: &[usize], src: &CpuBuffer, ls: &Layout, dt: DType) {
+    let walk = Layout::contiguous(&ls.shape);
+    crate::with_dtype!(dt, T, {
+        let s = src.as_slice::<T>();
+        let x = x.as_mut_slice::<T>();
+        for (p, from) in ls.offsets().enumerate() {
+            let mut off = lx.offset;
+            for (d, &size) in ls.shape.iter().enumerate() {
+                let c = (p / walk.strides[d]) % size;
+                off += if d == dim { idx[c] } else { c } * lx.strides[d];
+            }
+            x[off] = s[from];
+        }
+    })
+}
+
 /// `x.flatten()[idx[p]] = src[p]` (or `+=` when `accumulate`), in place.
 pub fn put(
     x: &mut CpuBuffer,

@@ -162,6 +162,20 @@ impl CudaDevice {
         Ok(self.ctx.synchronize()?)
     }
 
+    /// Runs `f` between `cuProfilerStart` and `cuProfilerStop`, the range that
+    /// `ncu --profile-from-start off` profiles (without a profiler both calls do nothing).
+    /// The device is idle at both ends, so the range holds exactly the kernels `f` queues.
+    pub fn profiler_range<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.ctx.bind_to_thread()?;
+        self.synchronize()?;
+        // SAFETY: takes no arguments; this device's context is current on this thread.
+        unsafe { cudarc::driver::sys::cuProfilerStart() }.result()?;
+        let r = f().and_then(|r| self.synchronize().map(|()| r));
+        // SAFETY: as above; stopping without a start is harmless.
+        unsafe { cudarc::driver::sys::cuProfilerStop() }.result()?;
+        r
+    }
+
     pub(crate) fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }

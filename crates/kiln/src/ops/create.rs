@@ -84,6 +84,11 @@ impl Tensor {
             return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
         }
         let n = ((end - start) / step).ceil() as usize;
+        if let Device::Cuda(_) = device {
+            crate::alloc_check::check_output("arange", &[n], dtype, device)?;
+            let buf = crate::cuda::ops::arange(device, n, dtype, start, step)?;
+            return Ok(Tensor::from_storage(Storage::Cuda(buf), &[n], dtype, device));
+        }
         Self::from_f64_fn(n, dtype, device, |i| start + i as f64 * step)
     }
 

@@ -1,4 +1,4 @@
-//! Index ops: index_select, gather, take, put_, cat, stack.
+//! Index ops: index_select, gather, take, put_, index_copy_, cat, stack.
 //! On the CPU, indices are range-checked and errors returned. On the GPU they are not
 //! read back (that would be a host sync in the decode path): kernels wrap negative
 //! indices and write 0 for out-of-range ones, as documented in `kernels/index.cu`.
@@ -126,6 +126,63 @@ impl Tensor {
 
     /// In place: `self.flatten()[index[p]] = source[p]` (or `+=` with `accumulate`;
     /// repeated indices then add up). `source` must have as many elements as `index`.
+    /// PyTorch's `index_copy_`: `self[.., index[i], ..] = source[.., i, ..]` along `dim`, in
+    /// place; `source` is shaped as `self` but for `dim`, where it has `index.numel()`
+    /// positions, and is cast to `self`'s dtype. On CUDA the indices stay on the device, so
+    /// a captured CUDA graph can write at a position it reads there (the KV cache's decode
+    /// step); out-of-range ones are skipped there and an error on the CPU. Repeated
+    /// indices: on the CPU the last write wins, on CUDA one of them, unspecified which.
+    pub fn index_copy_(&self, dim: isize, index: &Tensor, source: &Tensor) -> Result<()> {
+        const OP: &str = "index_copy_";
+        self.check_same_device(index, OP)?;
+        self.check_same_device(source, OP)?;
+        check_index_dtype(OP, index)?;
+        let d = normalize_dim(dim, self.rank())?;
+        let fits = index.rank() <= 1
+            && source.rank() == self.rank()
+            && (0..self.rank()).all(|i| source.shape()[i] == if i == d { index.numel() } else { self.shape()[i] });
+        if !fits {
+            return Err(Error::bad_shape(
+                OP,
+                format!(
+                    "source {:?} must be self {:?} with dim {d} of the index's {} positions (index {:?})",
+                    source.shape(),
+                    self.shape(),
+                    index.numel(),
+                    index.shape()
+                ),
+            ));
+        }
+        let src = source.to_dtype(self.dtype)?;
+        let src = if src.same_storage(self) { src.copy_as(self.dtype)? } else { src };
+        let (i, s) = (index.read(), src.read());
+        match (&*i, &*s) {
+            (Storage::Cpu(_), Storage::Cpu(sb)) => {
+                let idx = host_indices(OP, index, self.shape()[d])?;
+                let mut g = self.write(OP)?;
+                let Storage::Cpu(x) = &mut *g else { unreachable!() };
+                cpu::index::index_copy(x, &self.layout, d, &idx, sb, &src.layout, self.dtype);
+                Ok(())
+            }
+            (Storage::Cuda(ib), Storage::Cuda(sb)) => {
+                let mut g = self.write(OP)?;
+                let Storage::Cuda(x) = &mut *g else { unreachable!() };
+                crate::cuda::ops::index_copy(
+                    x,
+                    &self.layout,
+                    d,
+                    ib,
+                    &index.layout,
+                    index.dtype,
+                    sb,
+                    &src.layout,
+                    self.dtype,
+                )
+            }
+            _ => unreachable!("devices checked above"),
+        }
+    }
+
     pub fn put_(&self, index: &Tensor, source: &Tensor, accumulate: bool) -> Result<()> {
         self.check_same_device(index, "put_")?;
         self.check_same_device(source, "put_")?;

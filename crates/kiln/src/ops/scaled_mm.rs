@@ -269,7 +269,6 @@ impl Tensor {
     }
 }
 
-/// A CPU bias of `dt` as f32 values.
 /// A weight's f32 scale (one element, or one per output channel of `n`) as the `[1, N]`
 /// column vector the row-wise `scaled_mm` of `linear_fp8` reads: a view of a per-channel
 /// scale, a buffer of its own for a per-tensor one.
@@ -281,6 +280,7 @@ pub fn column_scale(scale: &Tensor, n: usize) -> Result<Tensor> {
     }
 }
 
+/// A CPU buffer of `dt` as f32 values.
 fn cpu_f32(b: &cpu::CpuBuffer, dt: DType) -> Vec<f32> {
     let t = cpu::cast(b, &Layout::contiguous(&[b.len_bytes() / dt.size()]), dt, DType::F32);
     t.as_slice::<f32>().to_vec()

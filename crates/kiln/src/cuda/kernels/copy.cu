@@ -132,6 +132,14 @@ __device__ u64 hash_u64(u64 seed, u64 i) {
 
 __device__ float uniform_f32(u64 seed, u64 i) { return (float)(hash_u64(seed, i) >> 40) * (1.0f / 16777216.0f); }
 
+// start + i·step in any dtype, computed in double and cast as the CPU's arange casts.
+extern "C" __global__ void arange_fill(void* dst, int ddt, double start, double step, i64 n) {
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        Val val; val.kind = 0; val.f = start + (double)i * step; val.i = 0;
+        store(dst, ddt, i, val);
+    }
+}
+
 // kind 0: U[0,1); kind 1: N(0,1) by Box–Muller.
 extern "C" __global__ void rand_fill(void* dst, int ddt, u64 seed, int kind, i64 n) {
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {

@@ -2,7 +2,7 @@
 // Op codes: the BIN_* / UN_* defines kiln generates from its op tables (ops/elementwise.rs).
 // Math runs in Acc<T> (float for f16/bf16/f32, double for f64, i64 / u64 for integers).
 
-// PyTorch's recurrence in F: n cast to int64 (NaN / out of range is negative: 0), L0 = 1,
+// PyTorch's recurrence, in F: n cast to int64 (NaN / out of range is negative: 0), L0 = 1,
 // L1 = 1 - x, (k + 1) L(k+1) = (2k + 1 - x) Lk - k L(k-1).
 template <typename F> __device__ F laguerre_l(F x, F nf) {
     if (nf != nf || fabs(nf) >= (F)9.2e18) return 0;
@@ -29,7 +29,9 @@ template <typename F> __device__ F fbin(int op, F x, F y) {
     case BIN_MAXIMUM: return (x != x || y != y) ? (F)kiln_nan() : (x > y ? x : y);
     case BIN_REMAINDER: { F r = fmod(x, y); return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r; }
     case BIN_HEAVISIDE: return x == 0 ? y : (F)(x > 0); // NaN input gives 0, as in PyTorch
-    case BIN_SPECIAL_LAGUERRE_POLYNOMIAL_L: return laguerre_l(x, y);
+    // In double as on the CPU: in float the terms overflow to inf - inf = NaN where the
+    // rounded result is a finite-in-double value past float's range (±inf).
+    case BIN_SPECIAL_LAGUERRE_POLYNOMIAL_L: return (F)laguerre_l((double)x, (double)y);
     // Equal infinities give themselves (x - y is NaN only then, or for a NaN input).
     case BIN_LOGADDEXP: return (x == y && x - y != x - y) ? x : (x > y ? x : y) + log1p(exp(-fabs(x - y)));
     case BIN_EQ: return x == y;

@@ -1,4 +1,4 @@
-// Index family: index_select, gather, take, put_. Indices are contiguous int64 (the
+// Index family: index_select, gather, take, put_, index_copy_. Indices are contiguous int64 (the
 // launcher converts). Indices are never read back to the host: a negative index wraps
 // once, and one still out of range reads as 0 (select / gather / take) or is skipped
 // (put_). On the CPU the same input is an IndexOutOfRange error.
@@ -40,6 +40,28 @@ __device__ void take_flat(const T* x, Strided sx, const i64* idx, T* y, i64 n, i
     }
 }
 
+// index_copy_: source element p (coordinates of `ss`) goes to x at the same coordinates
+// except along dim, where idx gives the position. One thread per element: repeated
+// indices leave one of their writes, unspecified which (as PyTorch's CUDA index_copy_).
+template <typename T>
+__device__ void scatter_walk(T* x, Strided sx, int dim, const i64* idx, const T* src, Strided ss, i64 n) {
+    for (i64 p = blockIdx.x * (i64)blockDim.x + threadIdx.x; p < n; p += (i64)gridDim.x * blockDim.x) {
+        i64 rem = p, off = sx.offset, from = ss.offset;
+        bool ok = true;
+        for (int d = ss.rank - 1; d >= 0; --d) {
+            i64 c = rem % ss.shape[d];
+            rem /= ss.shape[d];
+            from += c * ss.strides[d];
+            if (d == dim) {
+                c = idx[c];
+                ok = ok && wrap(c, sx.shape[d]);
+            }
+            off += c * sx.strides[d];
+        }
+        if (ok) x[off] = src[from];
+    }
+}
+
 // Overwrite: one thread walks the indices in order, so repeated indices resolve like
 // the CPU (last write wins); put_ is not on any hot path.
 template <typename T>
@@ -55,7 +77,8 @@ __device__ void put_overwrite(T* x, Strided sx, const i64* idx, const T* src, St
     extern "C" __global__ void index_select_##S(const T* x, Strided sx, int dim, const i64* idx, Strided out, T* y, i64 n) { gather_walk<T>(x, sx, dim, idx, 0, out, y, n); } \
     extern "C" __global__ void gather_##S(const T* x, Strided sx, int dim, const i64* idx, Strided out, T* y, i64 n) { gather_walk<T>(x, sx, dim, idx, 1, out, y, n); } \
     extern "C" __global__ void take_##S(const T* x, Strided sx, const i64* idx, T* y, i64 n, i64 numel) { take_flat<T>(x, sx, idx, y, n, numel); } \
-    extern "C" __global__ void put_##S(T* x, Strided sx, const i64* idx, const T* src, Strided ss, i64 n, i64 numel) { put_overwrite<T>(x, sx, idx, src, ss, n, numel); }
+    extern "C" __global__ void put_##S(T* x, Strided sx, const i64* idx, const T* src, Strided ss, i64 n, i64 numel) { put_overwrite<T>(x, sx, idx, src, ss, n, numel); } \
+    extern "C" __global__ void index_copy_##S(T* x, Strided sx, int dim, const i64* idx, const T* src, Strided ss, i64 n) { scatter_walk<T>(x, sx, dim, idx, src, ss, n); }
 KILN_INDEX(b1, unsigned char) KILN_INDEX(b2, unsigned short) KILN_INDEX(b4, unsigned int) KILN_INDEX(b8, u64)
 
 // Accumulating put_: atomics, so repeated indices add up (in any order).

@@ -91,6 +91,21 @@ pub fn fill(device: Device, n: usize, dtype: DType, value: f64) -> Result<Device
     Ok(out)
 }
 
+/// `start + i·step` for i in 0..n, made on the device (a graph capture can hold it: no
+/// host copy).
+pub fn arange(device: Device, n: usize, dtype: DType, start: f64, step: f64) -> Result<DeviceBuffer> {
+    let dev = device_of(device)?;
+    let out = dev.alloc(n * dtype.size())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let f = dev.function(&COPY, "arange_fill")?;
+    let (p, ddt, n64) = (out.ptr(), dtype_code("arange", dtype)?, n as i64);
+    // SAFETY: arange_fill writes n elements of `dtype` into `out`.
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); p, ddt, start, step, n64)? };
+    Ok(out)
+}
+
 /// n seeded random values (same generator as the CPU, see ops/create.rs).
 pub fn rand(device: Device, n: usize, dtype: DType, seed: u64, kind: RandKind) -> Result<DeviceBuffer> {
     let dev = device_of(device)?;

@@ -101,6 +101,35 @@ pub fn take(
 }
 
 #[allow(clippy::too_many_arguments)]
+/// `x[.., idx[c], ..] = src[.., c, ..]` along `dim`, in place; `src` shaped as the view
+/// `lx` but for `dim`, of `li.numel()` positions.
+#[allow(clippy::too_many_arguments)]
+pub fn index_copy(
+    x: &mut DeviceBuffer,
+    lx: &Layout,
+    dim: usize,
+    idx: &DeviceBuffer,
+    li: &Layout,
+    idt: DType,
+    src: &DeviceBuffer,
+    ls: &Layout,
+    dt: DType,
+) -> Result<()> {
+    let dev = dev_of(x)?;
+    let n = ls.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let (_i64_copy, ip) = i64_indices(idx, li, idt)?;
+    let f = dev.function(&INDEX, &format!("index_copy_{}", size_suffix(dt)))?;
+    let (sx, ss) = (Strided::exact(lx)?, Strided::exact(ls)?);
+    let (xp, d, sp, n64) = (x.ptr(), dim as i32, src.ptr(), n as i64);
+    // SAFETY: writes `x` only at in-range coordinates of its view (out-of-range indices are
+    // skipped); reads src.shape[dim] indices and n source elements at their view's offsets.
+    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, d, ip, sp, ss, n64)? };
+    Ok(())
+}
+
 pub fn put(
     x: &mut DeviceBuffer,
     lx: &Layout,

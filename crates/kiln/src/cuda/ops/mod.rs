@@ -40,7 +40,7 @@ mod reduce;
 mod scaled_mm;
 mod topk;
 
-pub use copy::{cast, copy_into, fill, rand};
+pub use copy::{arange, cast, copy_into, fill, rand};
 pub use elementwise::{binary, frexp, unary, where_};
 pub use expert_groups::{expert_groups, EXPERT_GROUPS_MAX};
 pub use fp8_gemm::{fp8_gemm_choice, own_fp8_gemm_launches, Fp8Gemm};
@@ -50,7 +50,7 @@ pub use fp8_linear::{
 };
 pub use grouped_mm::grouped_mm;
 pub use histogram::{bincount, decode_range, value_range_i64};
-pub use index::{gather, index_select, put, take};
+pub use index::{gather, index_copy, index_select, put, take};
 pub use linalg_inv::{inv_small, INV_MAX_N};
 pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
