@@ -11,7 +11,7 @@ use crate::fp8_weight::Fp8Weight;
 use crate::kv_cache::KvCache;
 use crate::loader::WeightSource;
 use kiln::fp8::Granularity;
-use kiln::{DType, Device, Result, Sdpa, Tensor};
+use kiln::{DType, Device, Result, RotaryStart, Sdpa, Tensor};
 
 /// The `[out, in]` weight of a linear layer, as stored (`x @ weight.T`).
 #[derive(Clone, Debug)]
@@ -158,6 +158,18 @@ impl Linear {
         Ok(Linear { weight, bias })
     }
 
+    /// One linear of `parts`' output rows stacked in order (their biases too, when they
+    /// have them), computed by one matmul.
+    pub fn cat_rows(parts: Vec<Linear>) -> Result<Linear> {
+        let (weights, biases): (Vec<_>, Vec<_>) = parts.into_iter().map(|l| (l.weight, l.bias)).unzip();
+        let bias = match biases.iter().flatten().count() {
+            0 => None,
+            n if n == biases.len() => Some(Tensor::cat(&biases.into_iter().flatten().collect::<Vec<_>>(), 0)?),
+            _ => return Err(kiln::Error::invalid("Linear::cat_rows", "some parts have a bias and some not")),
+        };
+        Ok(Linear { weight: LinearWeight::cat_rows(weights)?, bias })
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.weight.forward(x, self.bias.as_ref())
     }
@@ -234,15 +246,16 @@ impl Mlp {
 /// `silu(gate) * up` of a `[…, 2·I]` tensor holding gate then up.
 pub fn swiglu(h: &Tensor) -> Result<Tensor> {
     let i = h.size(-1)? / 2;
-    h.narrow(-1, 0, i)?.silu()?.mul(&h.narrow(-1, i, i)?)
+    h.narrow(-1, 0, i)?.silu_mul(&h.narrow(-1, i, i)?)
 }
 
-/// Rotary embedding tables, `[positions, rotary_dim]`, in the model's dtype. `sin` has
-/// its first half negated so that `rotate_half(x) * sin == swap_halves(x) * sin_signed`.
-/// With a partial rotary factor only a head's first `rotary_dim` dims turn.
+/// Rotary embedding tables, `[positions, rotary_dim]`, in the model's dtype, as
+/// transformers holds them (each half of a row the same frequencies); applied by
+/// [`Tensor::rotary_embedding`], one kernel per tensor. With a partial rotary factor only a
+/// head's first `rotary_dim` dims turn.
 pub struct Rope {
     cos: Tensor,
-    sin_signed: Tensor,
+    sin: Tensor,
 }
 
 /// Inverse frequencies of the rotary embedding, with Llama 3.1 scaling applied, rounded
@@ -297,11 +310,11 @@ impl Rope {
                 // f32 angle, as transformers computes `inv_freq @ positions` in f32.
                 let angle = (p as f32 * freqs[j % half] as f32) as f64;
                 cos.push(angle.cos() as f32);
-                sin.push(if j < half { -angle.sin() } else { angle.sin() } as f32);
+                sin.push(angle.sin() as f32);
             }
         }
         let table = |v: Vec<f32>| Tensor::from_vec(v, &[positions, d], device)?.to_dtype(dtype);
-        Ok(Rope { cos: table(cos)?, sin_signed: table(sin)? })
+        Ok(Rope { cos: table(cos)?, sin: table(sin)? })
     }
 
     pub fn positions(&self) -> usize {
@@ -310,36 +323,23 @@ impl Rope {
 
     /// Rotates `x` `[B, heads, T, D]` whose tokens sit at positions `pos..pos+T`.
     pub fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
-        let t = x.size(-2)?;
-        rotate(x, &self.cos.narrow(0, pos, t)?, &self.sin_signed.narrow(0, pos, t)?)
+        x.rotary_embedding(&self.cos, &self.sin, RotaryStart::At(pos))
     }
 
-    /// Rotates `x` `[B, heads, 1, D]` whose token's position is read on the device from
-    /// `position` (int `[1]`): a captured step turns its token by wherever it is replayed.
+    /// Rotates `x` `[B, heads, T, D]` whose first token's position is read on the device
+    /// from `position` (int64 `[1]`): a captured step turns its token by wherever it is
+    /// replayed.
     pub fn apply_at(&self, x: &Tensor, position: &Tensor) -> Result<Tensor> {
-        rotate(x, &self.cos.index_select(0, position)?, &self.sin_signed.index_select(0, position)?)
+        x.rotary_embedding(&self.cos, &self.sin, RotaryStart::Device(position))
     }
-}
-
-/// `x · cos + swap_halves(x) · sin_signed` over the first `rotary_dim` dims of `x` (the
-/// tables' width); the rest pass through.
-fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let (d, r) = (x.size(-1)?, cos.size(-1)?);
-    if r < d {
-        let turned = rotate(&x.narrow(-1, 0, r)?, cos, sin)?;
-        return Tensor::cat(&[turned, x.narrow(-1, r, d - r)?], -1);
-    }
-    let swapped = Tensor::cat(&[x.narrow(-1, d / 2, d / 2)?, x.narrow(-1, 0, d / 2)?], -1)?;
-    x.mul(cos)?.add(&swapped.mul(sin)?)
 }
 
 /// Grouped-query attention with an optional RMS norm of each query and key head (Qwen3)
 /// and an optional output gate (Qwen3.5: `q_proj` gives each head its queries, then as
-/// many gate values; the output is multiplied by their sigmoid before `o_proj`).
+/// many gate values; the output is multiplied by their sigmoid before `o_proj`). The q, k
+/// and v projections are one `[q + 2·kv, H]` weight, fused at load: one GEMV per step.
 pub struct Attention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    qkv: Linear,
     o: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -359,9 +359,11 @@ impl Attention {
         };
         let q_out = if cfg.attn_output_gate { 2 * qd } else { qd };
         Ok(Attention {
-            q: Linear::load(src, &format!("{prefix}.q_proj"), q_out, h, b)?,
-            k: Linear::load(src, &format!("{prefix}.k_proj"), kvd, h, b)?,
-            v: Linear::load(src, &format!("{prefix}.v_proj"), kvd, h, b)?,
+            qkv: Linear::cat_rows(vec![
+                Linear::load(src, &format!("{prefix}.q_proj"), q_out, h, b)?,
+                Linear::load(src, &format!("{prefix}.k_proj"), kvd, h, b)?,
+                Linear::load(src, &format!("{prefix}.v_proj"), kvd, h, b)?,
+            ])?,
             o: Linear::load(src, &format!("{prefix}.{}", names.attn_out), h, qd, b)?,
             q_norm: norm(src, names.qk_norm[0])?,
             k_norm: norm(src, names.qk_norm[1])?,
@@ -378,14 +380,18 @@ impl Attention {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hq, hkv, d) = (self.heads, self.kv_heads, self.head_dim);
         let pos = cache.len();
+        // The projection seen as heads of d: q's (or q and gate's, interleaved per head),
+        // then k's, then v's; views, no copies.
+        let q_heads = if self.output_gate { 2 * hq } else { hq };
+        let heads = self.qkv.forward(x)?.reshape(&[b, t, q_heads + 2 * hkv, d])?;
         let (mut q, gate) = if self.output_gate {
-            let qg = self.q.forward(x)?.reshape(&[b, t, hq, 2 * d])?;
+            let qg = heads.narrow(2, 0, q_heads)?.reshape(&[b, t, hq, 2 * d])?;
             (qg.narrow(-1, 0, d)?, Some(qg.narrow(-1, d, d)?.reshape(&[b, t, hq * d])?))
         } else {
-            (self.q.forward(x)?.reshape(&[b, t, hq, d])?, None)
+            (heads.narrow(2, 0, hq)?, None)
         };
-        let mut k = self.k.forward(x)?.reshape(&[b, t, hkv, d])?;
-        let v = self.v.forward(x)?.reshape(&[b, t, hkv, d])?;
+        let mut k = heads.narrow(2, q_heads, hkv)?;
+        let v = heads.narrow(2, q_heads + hkv, hkv)?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
@@ -410,9 +416,8 @@ impl Attention {
     }
 
     pub fn weight_bytes(&self, acc: &mut WeightBytes) {
-        for l in [&self.q, &self.k, &self.v, &self.o] {
-            l.weight_bytes(acc);
-        }
+        self.qkv.weight_bytes(acc);
+        self.o.weight_bytes(acc);
         for n in [&self.q_norm, &self.k_norm].into_iter().flatten() {
             acc.add_dense(&n.weight);
         }

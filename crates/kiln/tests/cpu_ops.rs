@@ -306,3 +306,41 @@ fn frozen_storage_refuses_in_place_writes() {
     other.copy_(&t(&[9.0, 8.0, 7.0, 6.0], &[2, 2])).unwrap();
     assert_eq!(vals(&other), [9.0, 8.0, 7.0, 6.0]);
 }
+
+/// rotary_embedding against the composed formula it replaces (narrow, cat, mul, add in
+/// f64): full and partial tables, a transposed view, host and device-tensor starts; bad
+/// tables and positions past them are errors.
+#[test]
+fn rotary_embedding() {
+    use kiln::RotaryStart;
+    let (t_len, d, p) = (3, 6, 9);
+    let x = Tensor::randn(&[2, t_len, 4, d], 1, DType::F64, CPU).unwrap().transpose(1, 2).unwrap();
+    for r in [6, 4, 2] {
+        let cos = Tensor::randn(&[p, r], 2, DType::F64, CPU).unwrap();
+        let sin = Tensor::randn(&[p, r], 3, DType::F64, CPU).unwrap();
+        let start = 5;
+        let (c, s) = (cos.narrow(0, start, t_len).unwrap(), sin.narrow(0, start, t_len).unwrap());
+        let turned = x.narrow(-1, 0, r).unwrap();
+        let half = [turned.narrow(-1, r / 2, r / 2).unwrap().neg().unwrap(), turned.narrow(-1, 0, r / 2).unwrap()];
+        let rot = turned.mul(&c).unwrap().add(&Tensor::cat(&half, -1).unwrap().mul(&s).unwrap()).unwrap();
+        let want = Tensor::cat(&[rot, x.narrow(-1, r, d - r).unwrap()], -1).unwrap();
+        let at = x.rotary_embedding(&cos, &sin, RotaryStart::At(start)).unwrap();
+        let pos = Tensor::from_slice(&[start as i64], &[1], CPU).unwrap();
+        let dev = x.rotary_embedding(&cos, &sin, RotaryStart::Device(&pos)).unwrap();
+        for got in [at, dev] {
+            assert_eq!(got.shape(), &[2, 4, t_len, d]);
+            let worst = got.sub(&want).unwrap().abs().unwrap().max(&[], false).unwrap().item().unwrap();
+            assert!(worst < 1e-12, "r {r}: max |Δ| {worst}");
+        }
+        assert!(matches!(x.rotary_embedding(&cos, &sin, RotaryStart::At(p - t_len + 1)), Err(Error::BadShape { .. })));
+    }
+    let odd = Tensor::randn(&[p, 3], 2, DType::F64, CPU).unwrap();
+    assert!(matches!(x.rotary_embedding(&odd, &odd, RotaryStart::At(0)), Err(Error::BadShape { .. })));
+    let wide = Tensor::randn(&[p, 8], 2, DType::F64, CPU).unwrap();
+    assert!(matches!(x.rotary_embedding(&wide, &wide, RotaryStart::At(0)), Err(Error::BadShape { .. })));
+    let f32s = Tensor::randn(&[p, 6], 2, DType::F32, CPU).unwrap();
+    assert!(matches!(x.rotary_embedding(&f32s, &f32s, RotaryStart::At(0)), Err(Error::DTypeMismatch { .. })));
+    let cos = Tensor::randn(&[p, 6], 2, DType::F64, CPU).unwrap();
+    let float_start = t(&[0.0], &[1]);
+    assert!(x.rotary_embedding(&cos, &cos, RotaryStart::Device(&float_start)).is_err());
+}

@@ -437,6 +437,39 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
     Ok(())
 }
 
+fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
+    use kiln::RotaryStart;
+    // A [B, T, H, D + 3] projection narrowed (an offset) and seen as [B, H, T, D], with full
+    // and partial tables, started at a host position and at one read on the device.
+    for dt in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+        for (d, r) in [(128, 128), (80, 80), (64, 32), (6, 2)] {
+            let (p, t_len) = (37, 5);
+            let (x, xc) = cx.pair(&[2, t_len, 7, d + 3], dt, 2.0).map_err(e)?;
+            let view = |x: &Tensor| x.narrow(3, 3, d).and_then(|x| x.transpose(1, 2));
+            let (x, xc) = (view(&x).map_err(e)?, view(&xc).map_err(e)?);
+            let (cos, cosc) = cx.pair(&[p, r], dt, 1.0).map_err(e)?;
+            let (sin, sinc) = cx.pair(&[p, r], dt, 1.0).map_err(e)?;
+            let want = xc.rotary_embedding(&cosc, &sinc, RotaryStart::At(30)).map_err(e)?;
+            let name = format!("rotary {dt} d{d} r{r}");
+            same(&name, &x.rotary_embedding(&cos, &sin, RotaryStart::At(30)).map_err(e)?, &want, tol_of(dt))?;
+            let start = Tensor::from_slice(&[7i64, 30], &[2], CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
+            let start = start.narrow(0, 1, 1).map_err(e)?;
+            let got = x.rotary_embedding(&cos, &sin, RotaryStart::Device(&start)).map_err(e)?;
+            same(&format!("{name} device start"), &got, &want, tol_of(dt))?;
+        }
+    }
+    // A device start past the tables turns the rotated dims to NaN instead of reading past.
+    let (x, _) = cx.pair(&[1, 2, 1, 8], DType::F32, 1.0).map_err(e)?;
+    let (cos, _) = cx.pair(&[4, 4], DType::F32, 1.0).map_err(e)?;
+    let start = Tensor::from_slice(&[4i64], &[1], CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
+    let got = x.rotary_embedding(&cos, &cos, RotaryStart::Device(&start)).map_err(e)?.to_f64_vec().map_err(e)?;
+    let want_nan: Vec<bool> = (0..16).map(|i| i % 8 < 4).collect();
+    if got.iter().map(|v| v.is_nan()).collect::<Vec<_>>() != want_nan {
+        return Err(format!("rotary past the tables: {got:?} (NaN expected in dims 0..4)"));
+    }
+    Ok(())
+}
+
 fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
     for dt in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::F8E4M3] {
         let tol = if dt == DType::F8E4M3 { 0.0 } else { tol_of(dt).max(1e-6) };
@@ -495,6 +528,7 @@ fn main() -> ExitCode {
         ("padding", padding),
         ("convolution", convolution),
         ("indexing", indexing),
+        ("rotary", rotary),
         ("creation", creation),
     ];
     common::run("gpu_parity", cases)

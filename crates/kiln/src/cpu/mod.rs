@@ -12,6 +12,7 @@ pub mod loss;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;
+pub mod rotary;
 pub mod scaled_mm;
 pub mod topk;
 

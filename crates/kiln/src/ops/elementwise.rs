@@ -114,6 +114,9 @@ binary_ops! {
         => special_laguerre_polynomial_l, special_laguerre_polynomial_l_scalar;
     /// `log(exp(x) + exp(y))` without overflow.
     LogAddExp "logaddexp" Float => logaddexp, logaddexp_scalar;
+    /// `silu(x) · y`, SwiGLU's activation of a gate and an up projection in one pass
+    /// (vLLM's `silu_and_mul` over the two halves).
+    SiluMul "silu_mul" Float => silu_mul, silu_mul_scalar;
     Eq "eq" Compare => eq, eq_scalar;
     Ne "ne" Compare => ne, ne_scalar;
     Lt "lt" Compare => lt, lt_scalar;
@@ -303,6 +306,25 @@ mod tests {
         }
         let i = Tensor::from_vec(vec![1i64, 2], &[2], Device::Cpu).unwrap();
         assert_eq!(i.logaddexp_scalar(0.0).unwrap().dtype(), DType::F32);
+    }
+
+    /// silu_mul equals silu(x) · y (the two ops it fuses), broadcasts, and keeps PyTorch's
+    /// silu edge values: silu(-inf) · y is NaN (−inf · 0), silu(inf) · y is inf · y.
+    #[test]
+    fn silu_mul_is_silu_times_y() {
+        let x = Tensor::from_vec(vec![-3.0f64, -0.5, 0.0, 0.7, 9.0, 40.0], &[2, 3], Device::Cpu).unwrap();
+        let y = Tensor::from_vec(vec![2.0f64, -1.5, 0.25], &[3], Device::Cpu).unwrap();
+        let got = x.silu_mul(&y).unwrap().to_f64_vec().unwrap();
+        let want = x.silu().unwrap().mul(&y).unwrap().to_f64_vec().unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-15 * w.abs().max(1.0), "{g} vs {w}");
+        }
+        let edge = Tensor::from_vec(vec![f64::NEG_INFINITY, f64::INFINITY], &[2], Device::Cpu).unwrap();
+        let two = Tensor::from_vec(vec![2.0f64, 2.0], &[2], Device::Cpu).unwrap();
+        let e = edge.silu_mul(&two).unwrap().to_f64_vec().unwrap();
+        assert!(e[0].is_nan() && e[1] == f64::INFINITY, "{e:?}");
+        let i = Tensor::from_vec(vec![1i64, 2], &[2], Device::Cpu).unwrap();
+        assert_eq!(i.silu_mul(&i).unwrap().dtype(), DType::F32);
     }
 
     /// Closed forms L₂(x) = (x² − 4x + 2)/2 and L₃(x) = (−x³ + 9x² − 18x + 6)/6; n is

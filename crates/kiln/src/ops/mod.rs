@@ -20,6 +20,7 @@ mod nn;
 mod pad;
 pub(crate) mod quantize;
 mod reduce;
+mod rotary;
 pub(crate) mod scaled_mm;
 mod topk;
 mod view;
@@ -33,6 +34,7 @@ pub use experts::ExpertGroups;
 pub use interpolate::{InterpolateMode, Resize};
 pub use loss::Reduction;
 pub use pad::PadMode;
+pub use rotary::RotaryStart;
 pub use topk::Router;
 
 /// `scale_a` / `scale_b` shapes `torch._scaled_mm` accepts (`Tensor::scaled_mm`, which tells

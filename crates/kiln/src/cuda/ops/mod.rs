@@ -37,6 +37,7 @@ mod linalg_trsm;
 mod loss;
 mod matmul;
 mod reduce;
+mod rotary;
 mod scaled_mm;
 mod topk;
 
@@ -56,6 +57,7 @@ pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
 pub use matmul::matmul;
 pub use reduce::{reduce, rms_norm, softmax, var_mean, BlockSync, SoftmaxPath};
+pub use rotary::{rotary, RotaryStart};
 pub use scaled_mm::{cublaslt_tunings, quantize_rows, scaled_mm, LtTuning, ScaledMm, GEMV_MAX_M};
 pub use topk::{router_topk, topk};
 
@@ -90,6 +92,7 @@ pub(crate) const GROUPED_MM: KernelSource = kernel_source!("grouped_mm");
 pub(crate) const EXPERT_GROUPS: KernelSource = kernel_source!("expert_groups");
 pub(crate) const LINALG_INV: KernelSource = kernel_source!("linalg_inv");
 pub(crate) const LINALG_TRSM: KernelSource = kernel_source!("linalg_trsm");
+pub(crate) const ROTARY: KernelSource = kernel_source!("rotary");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
@@ -111,6 +114,7 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     EXPERT_GROUPS,
     LINALG_INV,
     LINALG_TRSM,
+    ROTARY,
 ];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
