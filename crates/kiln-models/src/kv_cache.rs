@@ -260,7 +260,8 @@ mod tests {
         // The step's keys and values land at position 1 of each head, nothing else moves.
         let k = Tensor::arange(1.0, 9.0, 1.0, DType::F32, device).unwrap().reshape(&[1, 2, 1, 4]).unwrap();
         let (keys, values) = c.append(0, &k, &k.neg().unwrap()).unwrap();
-        let at = |t: &Tensor, pos| t.narrow(2, pos, 1).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap();
+        let at =
+            |t: &Tensor, pos| t.narrow(2, pos, 1).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap();
         assert_eq!(at(&keys, 1), (1..9).map(|i| i as f32).collect::<Vec<_>>());
         assert_eq!(at(&values, 1), (1..9).map(|i| -i as f32).collect::<Vec<_>>());
         assert_eq!([at(&keys, 0), at(&keys, 2)], [vec![0.0; 8], vec![0.0; 8]]);

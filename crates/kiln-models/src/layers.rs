@@ -164,7 +164,9 @@ impl Linear {
         let (weights, biases): (Vec<_>, Vec<_>) = parts.into_iter().map(|l| (l.weight, l.bias)).unzip();
         let bias = match biases.iter().flatten().count() {
             0 => None,
-            n if n == biases.len() => Some(Tensor::cat(&biases.into_iter().flatten().collect::<Vec<_>>(), 0)?),
+            n if n == biases.len() => {
+                Some(Tensor::cat(&biases.into_iter().flatten().collect::<Vec<_>>(), 0)?)
+            }
             _ => return Err(kiln::Error::invalid("Linear::cat_rows", "some parts have a bias and some not")),
         };
         Ok(Linear { weight: LinearWeight::cat_rows(weights)?, bias })
@@ -205,6 +207,17 @@ impl RmsNorm {
             return x.to_dtype(w.dtype())?.rms_norm(w.shape(), Some(w), Some(self.eps))?.to_dtype(x.dtype());
         }
         x.rms_norm(w.shape(), Some(w), Some(self.eps))
+    }
+
+    /// `(norm(x + delta), x + delta)`: the residual add before this norm, fused with it
+    /// (one kernel on CUDA) when the weight has `x`'s dtype.
+    pub fn add_forward(&self, x: &Tensor, delta: &Tensor) -> Result<(Tensor, Tensor)> {
+        let w = &self.weight;
+        if w.dtype() != x.dtype() {
+            let sum = x.add(delta)?;
+            return Ok((self.forward(&sum)?, sum));
+        }
+        x.add_rms_norm(delta, w.shape(), Some(w), Some(self.eps))
     }
 }
 

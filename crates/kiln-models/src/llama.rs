@@ -187,23 +187,25 @@ impl Model {
         cache.begin_step(t)?;
         let mut x =
             self.embed.index_select(0, &ids.reshape(&[b * t])?)?.reshape(&[b, t, self.config.hidden_size])?;
-        for l in &self.layers {
-            let h = l.input_norm.forward(&x)?;
+        // Each residual add is fused with the norm after it: the layer's post-norm, then
+        // the next layer's input norm (the final norm after the last layer).
+        let mut h = self.layers.first().map_or(&self.norm, |l| &l.input_norm).forward(&x)?;
+        for (i, l) in self.layers.iter().enumerate() {
             let a = match &l.mixer {
                 Mixer::Attention(a) => a.forward(&h, &self.rope, cache, l.slot)?,
                 Mixer::ShortConv(s) => s.forward(&h, cache, l.slot)?,
                 Mixer::GatedDelta(g) => g.forward(&h, cache, l.slot)?,
             };
-            x = x.add(&a)?;
-            let h = l.post_norm.forward(&x)?;
+            let (normed, sum) = l.post_norm.add_forward(&x, &a)?;
             let f = match &l.ffn {
-                Ffn::Dense(m) => m.forward(&h)?,
-                Ffn::Moe(m) => m.forward(&h)?,
+                Ffn::Dense(m) => m.forward(&normed)?,
+                Ffn::Moe(m) => m.forward(&normed)?,
             };
-            x = x.add(&f)?;
+            let next = self.layers.get(i + 1).map_or(&self.norm, |n| &n.input_norm);
+            (h, x) = next.add_forward(&sum, &f)?;
         }
         cache.advance(t)?;
-        self.norm.forward(&x)
+        Ok(h)
     }
 
     /// Vocabulary logits `[…, V]` of hidden states `[…, H]`, in the model's dtype.

@@ -255,6 +255,18 @@ fn softmax_and_rms_norm() {
     let inv = 1.0 / (12.5f64).sqrt();
     assert!((vals(&r)[1] - 8.0 * inv).abs() < 1e-6);
     assert!(t(&[1.0], &[1]).rms_norm(&[2], None, None).is_err());
+    // add_rms_norm: [1, 2] + [2, 2] = [3, 4], normalised as above; shapes and dtypes must match.
+    let (y, sum) = t(&[1.0, 2.0], &[1, 2])
+        .add_rms_norm(&t(&[2.0, 2.0], &[1, 2]), &[2], Some(&t(&[1.0, 2.0], &[2])), Some(0.0))
+        .unwrap();
+    assert_eq!(vals(&sum), [3.0, 4.0]);
+    assert!((vals(&y)[1] - 8.0 * inv).abs() < 1e-6);
+    assert!(t(&[1.0, 2.0], &[1, 2]).add_rms_norm(&t(&[1.0], &[1]), &[2], None, None).is_err());
+    let f64s = Tensor::from_slice(&[1.0f64, 2.0], &[1, 2], CPU).unwrap();
+    assert!(matches!(
+        t(&[1.0, 2.0], &[1, 2]).add_rms_norm(&f64s, &[2], None, None),
+        Err(Error::DTypeMismatch { .. })
+    ));
 }
 
 #[test]
@@ -321,7 +333,8 @@ fn rotary_embedding() {
         let start = 5;
         let (c, s) = (cos.narrow(0, start, t_len).unwrap(), sin.narrow(0, start, t_len).unwrap());
         let turned = x.narrow(-1, 0, r).unwrap();
-        let half = [turned.narrow(-1, r / 2, r / 2).unwrap().neg().unwrap(), turned.narrow(-1, 0, r / 2).unwrap()];
+        let half =
+            [turned.narrow(-1, r / 2, r / 2).unwrap().neg().unwrap(), turned.narrow(-1, 0, r / 2).unwrap()];
         let rot = turned.mul(&c).unwrap().add(&Tensor::cat(&half, -1).unwrap().mul(&s).unwrap()).unwrap();
         let want = Tensor::cat(&[rot, x.narrow(-1, r, d - r).unwrap()], -1).unwrap();
         let at = x.rotary_embedding(&cos, &sin, RotaryStart::At(start)).unwrap();
@@ -332,7 +345,10 @@ fn rotary_embedding() {
             let worst = got.sub(&want).unwrap().abs().unwrap().max(&[], false).unwrap().item().unwrap();
             assert!(worst < 1e-12, "r {r}: max |Δ| {worst}");
         }
-        assert!(matches!(x.rotary_embedding(&cos, &sin, RotaryStart::At(p - t_len + 1)), Err(Error::BadShape { .. })));
+        assert!(matches!(
+            x.rotary_embedding(&cos, &sin, RotaryStart::At(p - t_len + 1)),
+            Err(Error::BadShape { .. })
+        ));
     }
     let odd = Tensor::randn(&[p, 3], 2, DType::F64, CPU).unwrap();
     assert!(matches!(x.rotary_embedding(&odd, &odd, RotaryStart::At(0)), Err(Error::BadShape { .. })));

@@ -314,7 +314,7 @@ fn w8a16(cx: &mut Ctx) -> R {
         let (qt, st) = quantize(&wc, Granularity::Tensor).map_err(e)?;
         let (qr, sr) = quantize(&wc, Granularity::Row).map_err(e)?;
         let st_col = column_scale(&st, n).map_err(e)?; // as `Fp8Weight` passes it
-        // (form, weight, the scale linear_fp8 gets, the scale the reference dequantises by)
+                                                       // (form, weight, the scale linear_fp8 gets, the scale the reference dequantises by)
         let forms = [("Row", &qr, &sr, &sr), ("Tensor", &qt, &st, &st), ("Tensor [1, N]", &qt, &st_col, &st)];
         for (form, qc, sc, s_ref) in forms {
             // One quantised weight, bit-identical on both devices.

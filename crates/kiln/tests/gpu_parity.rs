@@ -183,6 +183,13 @@ fn softmax_norm(cx: &mut Ctx) -> std::result::Result<(), String> {
             c.rms_norm(&[1337], Some(&wc), Some(1e-6)).map_err(e)?,
         );
         same(&format!("rms_norm {dt}"), &gr, &cr, t)?;
+        // The fused residual add + norm against the CPU's two ops, on a transposed residual.
+        let (r, rc) = cx.pair(&[1337, 5], dt, 8.0).map_err(e)?;
+        let (r, rc) = (r.t().map_err(e)?, rc.t().map_err(e)?);
+        let (gy, gs) = g.add_rms_norm(&r, &[1337], Some(&w), Some(1e-6)).map_err(e)?;
+        let (cy, cs) = c.add_rms_norm(&rc, &[1337], Some(&wc), Some(1e-6)).map_err(e)?;
+        same(&format!("add_rms_norm sum {dt}"), &gs, &cs, tol_of(dt))?;
+        same(&format!("add_rms_norm {dt}"), &gy, &cy, t)?;
         let (x, xc) = cx.pair(&[3, 12, 5, 7], dt, 3.0).map_err(e)?;
         let (w, wc) = cx.pair(&[12], dt, 1.0).map_err(e)?;
         let (b, bc) = cx.pair(&[12], dt, 1.0).map_err(e)?;
@@ -452,7 +459,8 @@ fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
             let want = xc.rotary_embedding(&cosc, &sinc, RotaryStart::At(30)).map_err(e)?;
             let name = format!("rotary {dt} d{d} r{r}");
             same(&name, &x.rotary_embedding(&cos, &sin, RotaryStart::At(30)).map_err(e)?, &want, tol_of(dt))?;
-            let start = Tensor::from_slice(&[7i64, 30], &[2], CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
+            let start =
+                Tensor::from_slice(&[7i64, 30], &[2], CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
             let start = start.narrow(0, 1, 1).map_err(e)?;
             let got = x.rotary_embedding(&cos, &sin, RotaryStart::Device(&start)).map_err(e)?;
             same(&format!("{name} device start"), &got, &want, tol_of(dt))?;
@@ -462,7 +470,8 @@ fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
     let (x, _) = cx.pair(&[1, 2, 1, 8], DType::F32, 1.0).map_err(e)?;
     let (cos, _) = cx.pair(&[4, 4], DType::F32, 1.0).map_err(e)?;
     let start = Tensor::from_slice(&[4i64], &[1], CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
-    let got = x.rotary_embedding(&cos, &cos, RotaryStart::Device(&start)).map_err(e)?.to_f64_vec().map_err(e)?;
+    let got =
+        x.rotary_embedding(&cos, &cos, RotaryStart::Device(&start)).map_err(e)?.to_f64_vec().map_err(e)?;
     let want_nan: Vec<bool> = (0..16).map(|i| i % 8 < 4).collect();
     if got.iter().map(|v| v.is_nan()).collect::<Vec<_>>() != want_nan {
         return Err(format!("rotary past the tables: {got:?} (NaN expected in dims 0..4)"));
@@ -502,8 +511,14 @@ fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
         )?;
     }
     // Made on the device (graph-capturable): every dtype cast as the CPU casts, odd lengths.
-    let ranges = [(0.0, 10.0, 0.5, DType::F32), (3.0, 1000.0, 7.0, DType::I32), (-5.0, 5.0, 0.25, DType::BF16),
-        (1000.0, 5099.0, 1.0, DType::F16), (10.0, -3.0, -1.5, DType::I64), (0.0, 3.0, 1.0, DType::U8)];
+    let ranges = [
+        (0.0, 10.0, 0.5, DType::F32),
+        (3.0, 1000.0, 7.0, DType::I32),
+        (-5.0, 5.0, 0.25, DType::BF16),
+        (1000.0, 5099.0, 1.0, DType::F16),
+        (10.0, -3.0, -1.5, DType::I64),
+        (0.0, 3.0, 1.0, DType::U8),
+    ];
     for (a, b, step, dt) in ranges {
         same(
             &format!("arange {a}..{b} step {step} {dt}"),

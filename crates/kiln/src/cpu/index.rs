@@ -82,7 +82,15 @@ pub fn take(x: &CpuBuffer, lx: &Layout, idx: &[usize], dt: DType) -> CpuBuffer {
 
 /// `x[.., idx[c], ..] = src[.., c, ..]` along `dim`, in place; repeated indices: the last
 /// write wins.
-pub fn index_copy(x: &mut CpuBuffer, lx: &Layout, dim: usize, idx: &[usize], src: &CpuBuffer, ls: &Layout, dt: DType) {
+pub fn index_copy(
+    x: &mut CpuBuffer,
+    lx: &Layout,
+    dim: usize,
+    idx: &[usize],
+    src: &CpuBuffer,
+    ls: &Layout,
+    dt: DType,
+) {
     let walk = Layout::contiguous(&ls.shape);
     crate::with_dtype!(dt, T, {
         let s = src.as_slice::<T>();

@@ -7,7 +7,16 @@ use crate::DType;
 
 /// Contiguous `x` `[rows · t, d]` (token `i` of a row at position `start + i`) turned by
 /// the contiguous tables `cos` / `sin` `[positions, r]`; `start + t <= positions`.
-pub fn rotary(x: &CpuBuffer, cos: &CpuBuffer, sin: &CpuBuffer, r: usize, t: usize, d: usize, start: usize, dt: DType) -> CpuBuffer {
+pub fn rotary(
+    x: &CpuBuffer,
+    cos: &CpuBuffer,
+    sin: &CpuBuffer,
+    r: usize,
+    t: usize,
+    d: usize,
+    start: usize,
+    dt: DType,
+) -> CpuBuffer {
     crate::with_dtype!(dt, T, {
         let (x, cos, sin) = (x.as_slice::<T>(), cos.as_slice::<T>(), sin.as_slice::<T>());
         let half = r / 2;

@@ -140,7 +140,8 @@ impl Tensor {
         let d = normalize_dim(dim, self.rank())?;
         let fits = index.rank() <= 1
             && source.rank() == self.rank()
-            && (0..self.rank()).all(|i| source.shape()[i] == if i == d { index.numel() } else { self.shape()[i] });
+            && (0..self.rank())
+                .all(|i| source.shape()[i] == if i == d { index.numel() } else { self.shape()[i] });
         if !fits {
             return Err(Error::bad_shape(
                 OP,

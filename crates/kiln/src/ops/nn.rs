@@ -51,26 +51,95 @@ impl Tensor {
         weight: Option<&Tensor>,
         eps: Option<f64>,
     ) -> Result<Tensor> {
-        if !self.dtype.is_float() {
-            return Err(Error::DTypeNotSupported {
-                op: "rms_norm",
-                got: self.dtype,
-                expected: "a floating dtype",
+        let (w, r, eps) = self.rms_norm_args("rms_norm", normalized_shape, weight, eps)?;
+        let x = self.dense()?;
+        let wg = w.as_ref().map(|w| w.read());
+        let storage = match (&*x.read(), wg.as_deref()) {
+            (Storage::Cpu(b), None) => Storage::Cpu(cpu::nn::rms_norm(b, None, x.dtype, r, eps)),
+            (Storage::Cpu(b), Some(Storage::Cpu(wb))) => {
+                Storage::Cpu(cpu::nn::rms_norm(b, Some(wb), x.dtype, r, eps))
+            }
+            (Storage::Cuda(b), wb) => {
+                let wb = wb.map(|w| match w {
+                    Storage::Cuda(w) => w,
+                    Storage::Cpu(_) => unreachable!("devices checked above"),
+                });
+                Storage::Cuda(crate::cuda::ops::rms_norm(b, wb, x.dtype, x.numel() / r.max(1), r, eps)?)
+            }
+            _ => unreachable!("devices checked above"),
+        };
+        Ok(Tensor::from_storage(storage, self.shape(), self.dtype, self.device))
+    }
+
+    /// `(rms_norm(self + residual), self + residual)`: a residual add and the norm that
+    /// follows it (a decoder layer's two joints) as one op, one kernel on CUDA. The sum is
+    /// rounded to the dtype before it is normalised, as the two ops round. Same shape and
+    /// dtype for both inputs (no broadcasting); arguments as [`Tensor::rms_norm`].
+    pub fn add_rms_norm(
+        &self,
+        residual: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        eps: Option<f64>,
+    ) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "add_rms_norm";
+        self.check_same_device(residual, OP)?;
+        if residual.shape() != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: self.shape().to_vec(),
+                rhs: residual.shape().to_vec(),
             });
+        }
+        if residual.dtype != self.dtype {
+            return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: residual.dtype });
+        }
+        let (w, r, eps) = self.rms_norm_args(OP, normalized_shape, weight, eps)?;
+        if !self.device.is_cuda() {
+            let sum = self.add(residual)?;
+            return Ok((sum.rms_norm(normalized_shape, w.as_ref(), Some(eps))?, sum));
+        }
+        let (x, res) = (self.dense()?, residual.dense()?);
+        let wg = w.as_ref().map(|w| w.read());
+        let (xg, rg) = (x.read(), res.read());
+        let (Storage::Cuda(xb), Storage::Cuda(rb)) = (&*xg, &*rg) else {
+            unreachable!("devices checked above")
+        };
+        let wb = wg.as_deref().map(|w| match w {
+            Storage::Cuda(w) => w,
+            Storage::Cpu(_) => unreachable!("devices checked above"),
+        });
+        let (y, sum) =
+            crate::cuda::ops::add_rms_norm(xb, rb, wb, self.dtype, self.numel() / r.max(1), r, eps)?;
+        let t = |b| Tensor::from_storage(Storage::Cuda(b), self.shape(), self.dtype, self.device);
+        Ok((t(y), t(sum)))
+    }
+
+    /// rms_norm's checks; the weight as a dense tensor of `self`'s dtype, the normalised
+    /// size and epsilon.
+    fn rms_norm_args(
+        &self,
+        op: &'static str,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        eps: Option<f64>,
+    ) -> Result<(Option<Tensor>, usize, f64)> {
+        if !self.dtype.is_float() {
+            return Err(Error::DTypeNotSupported { op, got: self.dtype, expected: "a floating dtype" });
         }
         let k = normalized_shape.len();
         if k > self.rank() || self.shape()[self.rank() - k..] != *normalized_shape {
             return Err(Error::ShapeMismatch {
-                op: "rms_norm",
+                op,
                 lhs: self.shape().to_vec(),
                 rhs: normalized_shape.to_vec(),
             });
         }
         if let Some(w) = weight {
-            self.check_same_device(w, "rms_norm")?;
+            self.check_same_device(w, op)?;
             if w.shape() != normalized_shape {
                 return Err(Error::ShapeMismatch {
-                    op: "rms_norm",
+                    op,
                     lhs: w.shape().to_vec(),
                     rhs: normalized_shape.to_vec(),
                 });
@@ -82,24 +151,8 @@ impl Tensor {
             crate::DType::BF16 => 0.0078125,
             _ => f32::EPSILON as f64,
         });
-        let r: usize = normalized_shape.iter().product();
-        let x = self.dense()?;
         let w = weight.map(|w| w.to_dtype(self.dtype).and_then(|w| w.dense())).transpose()?;
-        let wg = w.as_ref().map(|w| w.read());
-        let storage = match (&*x.read(), wg.as_deref()) {
-            (Storage::Cpu(b), None) => Storage::Cpu(cpu::nn::rms_norm(b, None, x.dtype, r, eps)),
-            (Storage::Cpu(b), Some(Storage::Cpu(wb))) => {
-                Storage::Cpu(cpu::nn::rms_norm(b, Some(wb), x.dtype, r, eps))
-            }
-            (Storage::Cuda(b), None) => {
-                Storage::Cuda(crate::cuda::ops::rms_norm(b, None, x.dtype, x.numel() / r.max(1), r, eps)?)
-            }
-            (Storage::Cuda(b), Some(Storage::Cuda(wb))) => {
-                Storage::Cuda(crate::cuda::ops::rms_norm(b, Some(wb), x.dtype, x.numel() / r.max(1), r, eps)?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
-        Ok(Tensor::from_storage(storage, self.shape(), self.dtype, self.device))
+        Ok((w, normalized_shape.iter().product(), eps))
     }
 
     /// `F.group_norm(x, num_groups, weight, bias, eps)` for `x` `[N, C, *]`: each sample's

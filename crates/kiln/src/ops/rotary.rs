@@ -29,7 +29,11 @@ impl Tensor {
     pub fn rotary_embedding(&self, cos: &Tensor, sin: &Tensor, start: RotaryStart) -> Result<Tensor> {
         const OP: &str = "rotary_embedding";
         if !matches!(self.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
-            return Err(Error::DTypeNotSupported { op: OP, got: self.dtype, expected: "f16, bf16, f32 or f64" });
+            return Err(Error::DTypeNotSupported {
+                op: OP,
+                got: self.dtype,
+                expected: "f16, bf16, f32 or f64",
+            });
         }
         for table in [cos, sin] {
             self.check_same_device(table, OP)?;
@@ -40,13 +44,21 @@ impl Tensor {
         if self.rank() < 2 || cos.rank() != 2 || cos.shape() != sin.shape() {
             return Err(Error::bad_shape(
                 OP,
-                format!("x {:?} must be [.., T, D], cos {:?} and sin {:?} one [P, R]", self.shape(), cos.shape(), sin.shape()),
+                format!(
+                    "x {:?} must be [.., T, D], cos {:?} and sin {:?} one [P, R]",
+                    self.shape(),
+                    cos.shape(),
+                    sin.shape()
+                ),
             ));
         }
         let (t, d) = (self.shape()[self.rank() - 2], self.shape()[self.rank() - 1]);
         let (positions, r) = (cos.shape()[0], cos.shape()[1]);
         if r == 0 || r % 2 == 1 || r > d {
-            return Err(Error::bad_shape(OP, format!("table width {r} must be even, positive and at most D = {d}")));
+            return Err(Error::bad_shape(
+                OP,
+                format!("table width {r} must be even, positive and at most D = {d}"),
+            ));
         }
         let past = |p: usize| {
             Error::bad_shape(OP, format!("tokens at positions {p}..{} past the tables' {positions}", p + t))
@@ -54,7 +66,10 @@ impl Tensor {
         if let RotaryStart::Device(s) = start {
             self.check_same_device(s, OP)?;
             if s.dtype != DType::I64 || s.numel() != 1 {
-                return Err(Error::bad_shape(OP, format!("start must be one int64, got {:?} {:?}", s.dtype, s.shape())));
+                return Err(Error::bad_shape(
+                    OP,
+                    format!("start must be one int64, got {:?} {:?}", s.dtype, s.shape()),
+                ));
             }
         }
         let (cos, sin) = (cos.dense()?, sin.dense()?);
@@ -88,7 +103,16 @@ impl Tensor {
                 };
                 let xg = self.read();
                 let Storage::Cuda(xb) = &*xg else { unreachable!("devices checked above") };
-                Storage::Cuda(crate::cuda::ops::rotary(xb, &self.layout, cb, sb, positions, r, at, self.dtype)?)
+                Storage::Cuda(crate::cuda::ops::rotary(
+                    xb,
+                    &self.layout,
+                    cb,
+                    sb,
+                    positions,
+                    r,
+                    at,
+                    self.dtype,
+                )?)
             }
             _ => unreachable!("devices checked above"),
         };

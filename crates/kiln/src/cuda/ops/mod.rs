@@ -56,7 +56,7 @@ pub use linalg_inv::{inv_small, INV_MAX_N};
 pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
 pub use matmul::matmul;
-pub use reduce::{reduce, rms_norm, softmax, var_mean, BlockSync, SoftmaxPath};
+pub use reduce::{add_rms_norm, reduce, rms_norm, softmax, var_mean, BlockSync, SoftmaxPath};
 pub use rotary::{rotary, RotaryStart};
 pub use scaled_mm::{cublaslt_tunings, quantize_rows, scaled_mm, LtTuning, ScaledMm, GEMV_MAX_M};
 pub use topk::{router_topk, topk};

@@ -384,16 +384,47 @@ pub fn rms_norm(
     r: usize,
     eps: f64,
 ) -> Result<DeviceBuffer> {
+    rms_norm_launch(x, None, w, dt, outer, r, eps).map(|(y, _)| y)
+}
+
+/// `(rms_norm(x + res), x + res)` in one launch (`Tensor::add_rms_norm`).
+pub fn add_rms_norm(
+    x: &DeviceBuffer,
+    res: &DeviceBuffer,
+    w: Option<&DeviceBuffer>,
+    dt: DType,
+    outer: usize,
+    r: usize,
+    eps: f64,
+) -> Result<(DeviceBuffer, DeviceBuffer)> {
+    let (y, sum) = rms_norm_launch(x, Some(res), w, dt, outer, r, eps)?;
+    Ok((y, sum.expect("a sum buffer is made with a residual")))
+}
+
+fn rms_norm_launch(
+    x: &DeviceBuffer,
+    res: Option<&DeviceBuffer>,
+    w: Option<&DeviceBuffer>,
+    dt: DType,
+    outer: usize,
+    r: usize,
+    eps: f64,
+) -> Result<(DeviceBuffer, Option<DeviceBuffer>)> {
     let dev = dev_of(x)?;
     let o = dev.alloc(outer * r * dt.size())?;
+    let sum = res.map(|_| dev.alloc(outer * r * dt.size())).transpose()?;
     if outer * r == 0 {
-        return Ok(o);
+        return Ok((o, sum));
     }
     let f = dev.function(&NORM, &format!("rms_norm_{}", suffix("rms_norm", dt)?))?;
     let (xp, wp, op_, outer64, r64) = (x.ptr(), w.map_or(0, |w| w.ptr()), o.ptr(), outer as i64, r as i64);
-    // SAFETY: reads outer·r elements (and r weights when `wp` is non-null), writes outer·r.
-    unsafe { launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); xp, wp, op_, outer64, r64, eps)? };
-    Ok(o)
+    let (rp, sp) = (res.map_or(0, |b| b.ptr()), sum.as_ref().map_or(0, |b| b.ptr()));
+    // SAFETY: reads outer·r elements of x (and of res when `rp` is non-null, then writing as
+    // many to `sp`) and r weights when `wp` is non-null; writes outer·r to `o`.
+    unsafe {
+        launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); xp, rp, sp, wp, op_, outer64, r64, eps)?
+    };
+    Ok((o, sum))
 }
 
 #[cfg(test)]

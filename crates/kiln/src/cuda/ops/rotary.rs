@@ -44,6 +44,8 @@ pub fn rotary(
     // SAFETY: reads n elements of x's view and its partners (same row, within r), table
     // entries at rows < positions (checked in the kernel) and columns < r, and at most one
     // int64 at start_ptr; writes n elements of `o`.
-    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, cp, sp, p64, r32, start_ptr, start_at, op_, t, d, n64)? };
+    unsafe {
+        launch!(dev.stream(), f, grid(&dev, n); xp, sx, cp, sp, p64, r32, start_ptr, start_at, op_, t, d, n64)?
+    };
     Ok(o)
 }
