@@ -4,16 +4,13 @@
 //! diffusers by PSNR through `wan_vae::check`; greedy decoding replayed as a CUDA graph
 //! against eager decoding for every family. Without a GPU: "skipped".
 
-#[path = "../../kiln/tests/common/mod.rs"]
-mod common;
-
-use common::Ctx;
+use kiln::testing::Ctx;
 use kiln::DType;
 use kiln_models::{golden, wan_vae};
 
 fn case(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let dir = kiln_models::config::fixtures_dir().join("models").join(arch);
-    let r = golden::check(&dir, cx.gpu, dtype).map_err(common::e)?;
+    let r = golden::check(&dir, cx.gpu, dtype).map_err(kiln::testing::e)?;
     println!("      {arch} {dtype}: max |Δlogit| {:.2e}, greedy {:?}", r.max_logit_err, r.greedy);
     golden::verdict(&r, dtype)
 }
@@ -21,11 +18,11 @@ fn case(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
 /// 64 greedy tokens replayed as a CUDA graph are the 64 of eager decoding, token for token.
 fn graph_vs_eager(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let dir = kiln_models::config::fixtures_dir().join("models").join(arch);
-    let model = kiln_models::Model::load(&dir, cx.gpu, dtype).map_err(common::e)?;
+    let model = kiln_models::Model::load(&dir, cx.gpu, dtype).map_err(kiln::testing::e)?;
     let prompt = [1u32, 7, 42, 3, 99, 5];
     let run = |eager: bool| {
         let opts = kiln_models::GenerateOptions { eager, ..kiln_models::GenerateOptions::greedy(64, vec![]) };
-        kiln_models::generate(&model, &prompt, &opts, |_| Ok(())).map_err(common::e)
+        kiln_models::generate(&model, &prompt, &opts, |_| Ok(())).map_err(kiln::testing::e)
     };
     let _graph = kiln::settings::GRAPH_DECODE.scoped(true);
     let (eager, graph) = (run(true)?, run(false)?);
@@ -43,7 +40,7 @@ fn graph_vs_eager(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
 /// A Wan VAE fixture through the same `wan_vae::check` as the CPU test.
 fn vae(name: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let dir = kiln_models::config::fixtures_dir().join("vae").join(name);
-    let r = wan_vae::check(&dir, cx.gpu, dtype).map_err(common::e)?;
+    let r = wan_vae::check(&dir, cx.gpu, dtype).map_err(kiln::testing::e)?;
     println!("      {name} {dtype}: PSNR {:.1} / {:.1} / {:.1} dB", r.decoded, r.encoded, r.roundtrip);
     wan_vae::verdict(&r, dtype)
 }
@@ -51,7 +48,7 @@ fn vae(name: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
 macro_rules! cases {
     ($($name:ident => $f:ident($arch:literal, $dt:ident);)*) => {
         $(fn $name(cx: &mut Ctx) -> Result<(), String> { $f($arch, DType::$dt, cx) })*
-        const CASES: &[common::Case] = &[$((stringify!($name), $name)),*];
+        const CASES: &[kiln::testing::Case] = &[$((stringify!($name), $name)),*];
     };
 }
 
@@ -76,5 +73,5 @@ cases! {
 }
 
 fn main() -> std::process::ExitCode {
-    common::run("gpu_models", CASES)
+    kiln::testing::run("gpu_models", CASES)
 }

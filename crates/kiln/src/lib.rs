@@ -15,6 +15,7 @@ pub mod ops;
 pub mod settings;
 mod storage;
 mod tensor;
+pub mod testing;
 
 pub use device::Device;
 pub use dtype::{DType, Elem};

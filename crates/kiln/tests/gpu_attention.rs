@@ -4,10 +4,8 @@
 //! views (positions 0..n of a larger capacity), the length read from the device (`kv_len`),
 //! and a captured CUDA graph replayed after the length changed. See `common/mod.rs`.
 
-mod common;
-
-use common::{e, Case, Ctx};
 use kiln::cuda::ops::attention_decode;
+use kiln::testing::{e, Case, Ctx};
 use kiln::{DType, Device, Sdpa, Tensor};
 use std::process::ExitCode;
 
@@ -44,7 +42,7 @@ fn check(
     }
     let oc = Sdpa { kv_len: None, ..*o };
     let cpu = f32_of(qc).and_then(|q| q.scaled_dot_product_attention(&kc, &vc, &oc)).map_err(e)?;
-    common::same(name, &gpu.to_device(CPU).map_err(e)?, &cpu.to_dtype(q.dtype()).map_err(e)?, tol)
+    kiln::testing::same(name, &gpu.to_device(CPU).map_err(e)?, &cpu.to_dtype(q.dtype()).map_err(e)?, tol)
 }
 
 /// Head layouts (Hq, Hkv, L, S, causal) at every head dim and dtype.
@@ -122,7 +120,7 @@ fn device_length(cx: &mut Ctx) -> Res {
             let want = qc
                 .scaled_dot_product_attention(&cut(&kc).map_err(e)?, &cut(&vc).map_err(e)?, &narrowed)
                 .map_err(e)?;
-            common::same(&format!("{name} (CPU composed)"), &composed, &want, 1e-6)?;
+            kiln::testing::same(&format!("{name} (CPU composed)"), &composed, &want, 1e-6)?;
         }
     }
     Ok(())
@@ -157,7 +155,12 @@ fn graph_replay(cx: &mut Ctx) -> Res {
             })
             .and_then(|t| t.to_dtype(DType::BF16))
             .map_err(e)?;
-        common::same(&format!("graph replay at length {n}"), &y.to_device(CPU).map_err(e)?, &want, 1.6e-2)?;
+        kiln::testing::same(
+            &format!("graph replay at length {n}"),
+            &y.to_device(CPU).map_err(e)?,
+            &want,
+            1.6e-2,
+        )?;
     }
     Ok(())
 }
@@ -171,5 +174,5 @@ fn main() -> ExitCode {
         ("device_length", device_length),
         ("graph_replay", graph_replay),
     ];
-    common::run("gpu_attention", cases)
+    kiln::testing::run("gpu_attention", cases)
 }

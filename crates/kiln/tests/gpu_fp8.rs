@@ -6,11 +6,9 @@
 //! w8a16 kernel) against `x.linear(w.dequantize())` in f32. See `common/mod.rs` for the
 //! harness.
 
-mod common;
-
-use common::{e, same, tol_of, Case, Ctx, CPU};
 use kiln::cuda::ops::W8A16_MAX_M;
 use kiln::fp8::{column_scale, quantize, Granularity};
+use kiln::testing::{e, same, tol_of, Case, Ctx, CPU};
 use kiln::{DType, Tensor};
 use std::process::ExitCode;
 
@@ -397,5 +395,5 @@ fn main() -> ExitCode {
         ("w8a16", w8a16),
         ("w8a16_views", w8a16_views),
     ];
-    common::run("gpu_fp8", cases)
+    kiln::testing::run("gpu_fp8", cases)
 }

@@ -3,9 +3,7 @@
 //! the process keeps working after it: the buffers are freed and ops run again, checked
 //! against the CPU backend. See `common/mod.rs`.
 
-mod common;
-
-use common::{both, e, tol_of, Case, Ctx};
+use kiln::testing::{both, e, tol_of, Case, Ctx};
 use kiln::{DType, Error};
 use std::process::ExitCode;
 
@@ -50,10 +48,10 @@ fn exhaust_then_recover(cx: &mut Ctx) -> R {
     both("softmax after OOM", &g, &c, tol_of(DType::F32), |x| x.softmax(-1))?;
     let (gb, cb) = cx.pair(&[1001, 65], DType::F32, 1.0).map_err(e)?;
     let (gr, cr) = (g.matmul(&gb).map_err(e)?, c.matmul(&cb).map_err(e)?);
-    common::same("matmul after OOM", &gr, &cr, 1e-4)
+    kiln::testing::same("matmul after OOM", &gr, &cr, 1e-4)
 }
 
 fn main() -> ExitCode {
     let cases: &[Case] = &[("exhaust_then_recover", exhaust_then_recover)];
-    common::run("gpu_limits", cases)
+    kiln::testing::run("gpu_limits", cases)
 }

@@ -4,9 +4,7 @@
 //! broadcasting and non-contiguous operands, the backward ops composed of them, and the
 //! errors of what has no kernel yet. See `common/mod.rs`.
 
-mod common;
-
-use common::{e, same, Ctx, CPU};
+use kiln::testing::{e, same, Ctx, CPU};
 use kiln::{DType, Tensor};
 use std::process::ExitCode;
 
@@ -141,11 +139,11 @@ fn backward(cx: &mut Ctx) -> R {
 }
 
 fn main() -> ExitCode {
-    let cases: &[common::Case] = &[
+    let cases: &[kiln::testing::Case] = &[
         ("inv", inv),
         ("solve_triangular", solve_triangular),
         ("delta_net_solves", delta_net_solves),
         ("backward", backward),
     ];
-    common::run("gpu_linalg", cases)
+    kiln::testing::run("gpu_linalg", cases)
 }

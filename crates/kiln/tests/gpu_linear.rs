@@ -3,10 +3,8 @@
 //! non-contiguous x / bias / weight views, all three dtypes, and every kernel variant
 //! forced through the override. See `common/mod.rs` for the harness.
 
-mod common;
-
-use common::{e, same, tol_of, Case, Ctx};
 use kiln::cuda::ops::gemv::{self, Variant, TILES};
+use kiln::testing::{e, same, tol_of, Case, Ctx};
 use kiln::{DType, Device, Tensor};
 use std::process::ExitCode;
 
@@ -359,5 +357,5 @@ fn main() -> ExitCode {
         ("grouped", grouped),
         ("expert_groups", expert_groups),
     ];
-    common::run("gpu_linear", cases)
+    kiln::testing::run("gpu_linear", cases)
 }

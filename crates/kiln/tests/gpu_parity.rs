@@ -2,9 +2,7 @@
 //! reductions, softmax / rms_norm / group_norm, matmul, attention, padding, convolution, indexing,
 //! creation — odd sizes, empty, non-contiguous, broadcast, -inf / NaN. See `common/mod.rs` for the harness.
 
-mod common;
-
-use common::{both, e, same, tol_of, Case, Ctx};
+use kiln::testing::{both, e, same, tol_of, Case, Ctx};
 use kiln::{BinaryOp, Conv, DType, Device, PadMode, ReduceOp, Sdpa, Tensor, UnaryOp};
 use std::process::ExitCode;
 
@@ -546,5 +544,5 @@ fn main() -> ExitCode {
         ("rotary", rotary),
         ("creation", creation),
     ];
-    common::run("gpu_parity", cases)
+    kiln::testing::run("gpu_parity", cases)
 }

@@ -4,11 +4,9 @@
 //! rows, non-last dims, softmaxes reading their producer's output back to back (dependent
 //! launch), and the same ops captured in a CUDA graph. See `common/mod.rs`.
 
-mod common;
-
-use common::{both, e, same, tol_of, Case, Ctx, CPU};
 use kiln::cuda::ops::{BlockSync, SoftmaxPath};
 use kiln::settings;
+use kiln::testing::{both, e, same, tol_of, Case, Ctx, CPU};
 use kiln::{DType, Reduction, Router, Tensor};
 use std::process::ExitCode;
 
@@ -455,5 +453,5 @@ fn main() -> ExitCode {
         ("router", router),
         ("graph_capture", graph_capture),
     ];
-    common::run("gpu_reductions", cases)
+    kiln::testing::run("gpu_reductions", cases)
 }

@@ -1,12 +1,14 @@
-//! Shared harness of the GPU parity test binaries (`gpu_*.rs`, each `harness = false`):
-//! GPU results against the CPU backend on fresh random inputs, with device allocations
-//! poisoned (0xFF bytes) so an element a kernel forgets to write fails the comparison.
-//! Without a GPU a binary prints that its cases were skipped and passes nothing.
-#![allow(dead_code)] // each test binary uses a different part of the harness
+//! The GPU parity harness: GPU results against the CPU backend (the reference of every
+//! kernel) on fresh random inputs, with device allocations poisoned (0xFF bytes) so an
+//! element a kernel forgets to write fails the comparison. kiln's `gpu_*` test binaries
+//! (`harness = false`) and kiln-models' are lists of [`Case`]s given to [`run`]; a crate
+//! that adds kernels of its own can test them the same way. Without a GPU, [`run`] prints
+//! that its cases were skipped and passes nothing.
 
-use kiln::{DType, Device, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 use std::process::ExitCode;
 
+/// The reference device.
 pub const CPU: Device = Device::Cpu;
 
 /// Compares a GPU result with the CPU one: shapes and dtypes equal; integer and bool
@@ -49,6 +51,8 @@ pub fn same(name: &str, gpu: &Tensor, cpu: &Tensor, tol: f64) -> std::result::Re
     Ok(())
 }
 
+/// The relative tolerance of one computation in `dt` against the f64 reference (0 for
+/// integers and bool: exact).
 pub fn tol_of(dt: DType) -> f64 {
     match dt {
         DType::F64 => 1e-12,
@@ -59,8 +63,11 @@ pub fn tol_of(dt: DType) -> f64 {
     }
 }
 
+/// What a case gets: the GPU under test and a seed that each [`Ctx::pair`] advances.
 pub struct Ctx {
+    /// The device the case runs on (`cuda:0`).
     pub gpu: Device,
+    /// The last seed used.
     pub seed: u64,
 }
 
@@ -75,9 +82,11 @@ impl Ctx {
     }
 }
 
+/// A named case: `Err` carries what differed.
 pub type Case = (&'static str, fn(&mut Ctx) -> std::result::Result<(), String>);
 
-pub fn e(x: kiln::Error) -> String {
+/// An error as a case's failure message (`.map_err(e)?`).
+pub fn e(x: crate::Error) -> String {
     x.to_string()
 }
 
@@ -96,11 +105,11 @@ pub fn both(
 /// Runs the named cases (or those named on the command line) on cuda:0 and prints
 /// one line per case, then `N passed, N failed`.
 pub fn run(binary: &str, cases: &[Case]) -> ExitCode {
-    if let Err(why) = kiln::cuda::availability() {
+    if let Err(why) = crate::cuda::availability() {
         println!("{binary}: {} cases skipped (no CUDA device: {why})", cases.len());
         return ExitCode::SUCCESS;
     }
-    let dev = kiln::cuda::device(0).expect("availability() said the device works");
+    let dev = crate::cuda::device(0).expect("availability() said the device works");
     dev.set_poison(true);
     let mut cx = Ctx { gpu: Device::Cuda(0), seed: 1000 };
     // Optional case names on the command line run a subset (e.g. under racecheck).
