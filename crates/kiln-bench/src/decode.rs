@@ -12,7 +12,7 @@
 //! cache, LM head, on-device argmax, 8-byte read of the token (which syncs, so wall time
 //! per step is device time plus launch gaps). On CUDA each context is timed twice: eager
 //! (kernels queued one by one) and with the step captured once as a CUDA graph and
-//! replayed (`graph`, what `kiln generate` runs with `KILN_GRAPH_DECODE=1`; the graph's
+//! replayed (`graph`, what `kiln generate` runs by default; the graph's
 //! node count is the kernels and copies per token), after the captured step is timed
 //! eagerly (`eager-dev`: the length read on the device, the whole cache attended with it).
 //! Under `ncu --profile-from-start off` exactly two steps are profiled: one eager, one of
@@ -250,8 +250,8 @@ fn timed(
     }))
 }
 
-/// The decode step captured once as a CUDA graph (as `kiln generate` runs it with
-/// `KILN_GRAPH_DECODE=1`) and replayed at every context, no re-capture: per step one replay
+/// The decode step captured once as a CUDA graph (as `kiln generate` runs it by default)
+/// and replayed at every context, no re-capture: per step one replay
 /// and the 8-byte token read, as the eager steps. With the nodes (kernels and copies) one
 /// replay launches.
 fn graph_steps(

@@ -270,8 +270,8 @@ struct GenerateArgs {
     /// stored as float8_e4m3fn with weight_scale / weight_scale_inv) load as FP8 anyway.
     #[arg(long, default_value = "none")]
     quantize: String,
-    /// Queue every decode step's kernels one by one, never replaying one captured CUDA graph
-    /// per step (what greedy decoding on CUDA does with KILN_GRAPH_DECODE=1).
+    /// Queue every decode step's kernels one by one instead of replaying one captured CUDA
+    /// graph per step (what greedy decoding on CUDA does by default).
     #[arg(long)]
     eager: bool,
     /// 0 = greedy (default: generation_config.json's when it samples, else greedy).

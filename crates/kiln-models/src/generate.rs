@@ -16,7 +16,7 @@ pub struct GenerateOptions {
     /// Generation stops after any of these (it is still passed to `on_token`).
     pub eos_token_ids: Vec<u32>,
     /// Decode step by step as kernels are queued, never as a replayed CUDA graph (which
-    /// greedy decoding on CUDA uses where `kiln::settings::GRAPH_DECODE` is on). The CPU
+    /// greedy decoding on CUDA uses unless `kiln::settings::GRAPH_DECODE` is off). The CPU
     /// always decodes eagerly.
     pub eager: bool,
 }
@@ -71,8 +71,7 @@ fn read_token(t: &Tensor) -> Result<u32> {
 /// step's input, the KV cache is written in place, MoE routing in decode uses the
 /// device-side indices, and the prompt upload (host to device) does not wait.
 ///
-/// Greedy decoding on CUDA with `kiln::settings::GRAPH_DECODE` on (`KILN_GRAPH_DECODE=1`;
-/// unless `opts.eager`) runs the first decode step eagerly, then
+/// Greedy decoding on CUDA (unless `opts.eager` or `KILN_GRAPH_DECODE=0`) runs the first decode step eagerly, then
 /// captures the step once and replays it ([`GraphStep`]); token t is read while step t + 1
 /// already runs, so a stop on EOS or on `max_tokens` discards one step's work. A step that
 /// cannot be captured (see [`GraphStep::capture`]) leaves the loop eager, saying why in a

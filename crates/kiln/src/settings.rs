@@ -166,12 +166,13 @@ pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
 );
 
 /// `kiln generate` on CUDA replays its greedy decode steps as one captured CUDA graph
-/// (kiln-models `graph_decode`). Off until that path has run on a GPU (`gpu_models`'
-/// `*_graph` cases, which turn it on for themselves); `--eager` always wins.
+/// (kiln-models `graph_decode`); on by default since `gpu_models`' `*_graph` cases gave the
+/// eager tokens on every fixture family on an H100. `--eager` (or `KILN_GRAPH_DECODE=0`)
+/// keeps the step-by-step path.
 pub static GRAPH_DECODE: Setting<bool> = Setting::new(
     "KILN_GRAPH_DECODE",
-    "greedy decode steps on CUDA replayed as one CUDA graph (default off: not yet run on a GPU)",
-    || false,
+    "greedy decode steps on CUDA replayed as one CUDA graph (0: eager, as --eager)",
+    || true,
     parse_bool,
 );
 

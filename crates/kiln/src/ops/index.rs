@@ -124,8 +124,6 @@ impl Tensor {
         Ok(Tensor::from_storage(storage, index.shape(), self.dtype, self.device))
     }
 
-    /// In place: `self.flatten()[index[p]] = source[p]` (or `+=` with `accumulate`;
-    /// repeated indices then add up). `source` must have as many elements as `index`.
     /// PyTorch's `index_copy_`: `self[.., index[i], ..] = source[.., i, ..]` along `dim`, in
     /// place; `source` is shaped as `self` but for `dim`, where it has `index.numel()`
     /// positions, and is cast to `self`'s dtype. On CUDA the indices stay on the device, so
@@ -184,6 +182,8 @@ impl Tensor {
         }
     }
 
+    /// In place: `self.flatten()[index[p]] = source[p]` (or `+=` with `accumulate`;
+    /// repeated indices then add up). `source` must have as many elements as `index`.
     pub fn put_(&self, index: &Tensor, source: &Tensor, accumulate: bool) -> Result<()> {
         self.check_same_device(index, "put_")?;
         self.check_same_device(source, "put_")?;

@@ -100,7 +100,6 @@ pub fn take(
     Ok(o)
 }
 
-#[allow(clippy::too_many_arguments)]
 /// `x[.., idx[c], ..] = src[.., c, ..]` along `dim`, in place; `src` shaped as the view
 /// `lx` but for `dim`, of `li.numel()` positions.
 #[allow(clippy::too_many_arguments)]
