@@ -7,6 +7,7 @@ use crate::DType;
 
 /// Contiguous `x` `[rows · t, d]` (token `i` of a row at position `start + i`) turned by
 /// the contiguous tables `cos` / `sin` `[positions, r]`; `start + t <= positions`.
+#[allow(clippy::too_many_arguments)]
 pub fn rotary(
     x: &CpuBuffer,
     cos: &CpuBuffer,

@@ -129,6 +129,7 @@ pub fn index_copy(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn put(
     x: &mut DeviceBuffer,
     lx: &Layout,
