@@ -1,9 +1,9 @@
 //! Prefill then decode with a pre-allocated KV cache; on CUDA the decode steps can replay
 //! one captured CUDA graph (`graph_decode`, behind `kiln::settings::GRAPH_DECODE`).
 
+use crate::decoder::Model;
 use crate::graph_decode::{self, GraphStep};
 use crate::kv_cache::KvCache;
-use crate::llama::Model;
 use crate::sampling::{Sampler, SamplingParams};
 use kiln::cuda::Readback;
 use kiln::{Error, Result, Tensor};
@@ -63,7 +63,7 @@ fn read_token(t: &Tensor) -> Result<u32> {
 ///
 /// Host synchronisation, all of it:
 /// - prefill: Qwen3-MoE layers read their top-k expert indices once per layer (the
-///   grouped expert path, see `qwen3_moe`); dense models do not sync in the prefill;
+///   grouped expert path, see `moe`); dense models do not sync in the prefill;
 /// - each step: one 8-byte read of the sampled token id, after greedy argmax or the
 ///   sampling draw on the device.
 ///

@@ -2,8 +2,8 @@
 //! model folder with `golden.safetensors` (transformers' prefill logits of `input_ids`
 //! and its greedy continuation) against kiln's forward pass and `generate`.
 
+use crate::decoder::Model;
 use crate::generate::{generate, GenerateOptions};
-use crate::llama::Model;
 use kiln::{DType, Device, Result, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

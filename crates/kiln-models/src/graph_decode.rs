@@ -3,8 +3,8 @@
 //! length on the device ([`KvCache::track_on_device`]) and the step reads its token from, and
 //! writes the next one into, one device buffer, so a replay takes nothing from the host.
 
+use crate::decoder::Model;
 use crate::kv_cache::KvCache;
-use crate::llama::Model;
 use crate::sampling::Sampler;
 use kiln::cuda::Graph;
 use kiln::{Error, Result, Tensor};

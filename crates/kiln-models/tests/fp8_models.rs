@@ -23,7 +23,7 @@ const CPU: Device = Device::Cpu;
 /// measured (bf16, `--quantize fp8` vs dense, max |logit| ≈ 2.3–2.5): llama 9.5 %, qwen3
 /// 11.8 %, and 25 % for qwen3_moe, where the perturbed hidden states flip some tokens'
 /// top-2 expert choice (the FP8 expert path itself is checked against dequantised dense
-/// experts in qwen3_moe's unit tests). The per-tensor and block-scale checkpoints measured
+/// experts in the moe module's unit tests). The per-tensor and block-scale checkpoints measured
 /// 10–27 %. lfm2_moe measured 29 % and qwen3_5_moe 51 % (its random DeltaNet layers
 /// amplify perturbations: see golden.rs). The bounds leave ~1.6× margin over the worst
 /// measurement and still fail on a missing or wrong scale (off by ≥ 100 %), a mis-fused

@@ -14,7 +14,7 @@ pub mod tokenizer;
 
 use crate::chat::ChatTemplate;
 use crate::config::{Config, GenerationConfig};
-use crate::llama::Model;
+use crate::decoder::Model;
 use crate::loader::Quantize;
 use file::GgufFile;
 use kiln::{DType, Device, Error, Result};

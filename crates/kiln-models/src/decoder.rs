@@ -4,7 +4,7 @@
 //! layers, or Qwen3.5's Gated DeltaNet (`gated_delta`) in its linear-attention layers.
 //! Qwen3, LFM2 and Qwen3.5 add the q/k head norms (in `layers::Attention`; Qwen3.5 also its
 //! output gate and partial rotary embedding); the MoE families swap the MLP for a routed
-//! expert block (`qwen3_moe`). The families' weight names differ (`config::WeightNames`).
+//! expert block (`moe`). The families' weight names differ (`config::WeightNames`).
 //!
 //! Linear layers (attention projections, MLPs, experts) hold dense or FP8 weights
 //! (`layers::LinearWeight`): FP8 when the checkpoint stores them so (Hugging Face FP8
@@ -16,7 +16,7 @@ use crate::gated_delta::GatedDelta;
 use crate::kv_cache::KvCache;
 use crate::layers::{Attention, Mlp, RmsNorm, Rope, WeightBytes};
 use crate::loader::{CheckpointSource, Quantize, RandomSource, WeightSource};
-use crate::qwen3_moe::MoeBlock;
+use crate::moe::MoeBlock;
 use crate::short_conv::ShortConv;
 use kiln::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
