@@ -9,6 +9,15 @@ use crate::layout::normalize_dim;
 use crate::storage::Storage;
 use crate::{DType, Tensor};
 
+/// Where an in-place write by index lands.
+#[derive(Clone, Copy)]
+enum Scatter {
+    /// At flat positions of `self` (`put_`), adding with `accumulate`.
+    Flat { accumulate: bool },
+    /// At positions along this dim (`index_copy_`).
+    Along(usize),
+}
+
 pub(super) fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
     if !t.dtype.is_int() {
         return Err(Error::DTypeNotSupported { op, got: t.dtype, expected: "an integer index dtype" });
@@ -152,34 +161,7 @@ impl Tensor {
                 ),
             ));
         }
-        let src = source.to_dtype(self.dtype)?;
-        let src = if src.same_storage(self) { src.copy_as(self.dtype)? } else { src };
-        let (i, s) = (index.read(), src.read());
-        match (&*i, &*s) {
-            (Storage::Cpu(_), Storage::Cpu(sb)) => {
-                let idx = host_indices(OP, index, self.shape()[d])?;
-                let mut g = self.write(OP)?;
-                let Storage::Cpu(x) = &mut *g else { unreachable!() };
-                cpu::index::index_copy(x, &self.layout, d, &idx, sb, &src.layout, self.dtype);
-                Ok(())
-            }
-            (Storage::Cuda(ib), Storage::Cuda(sb)) => {
-                let mut g = self.write(OP)?;
-                let Storage::Cuda(x) = &mut *g else { unreachable!() };
-                crate::cuda::ops::index_copy(
-                    x,
-                    &self.layout,
-                    d,
-                    ib,
-                    &index.layout,
-                    index.dtype,
-                    sb,
-                    &src.layout,
-                    self.dtype,
-                )
-            }
-            _ => unreachable!("devices checked above"),
-        }
+        self.scatter_(OP, index, source, Scatter::Along(d))
     }
 
     /// In place: `self.flatten()[index[p]] = source[p]` (or `+=` with `accumulate`;
@@ -195,31 +177,41 @@ impl Tensor {
                 rhs: source.shape().to_vec(),
             });
         }
+        self.scatter_("put_", index, source, Scatter::Flat { accumulate })
+    }
+
+    /// The in-place writes by index (`put_`, `index_copy_`) after their shape checks:
+    /// `source` cast to `self`'s dtype (copied first when it shares `self`'s storage), the
+    /// indices checked on the CPU and left on the device on CUDA.
+    fn scatter_(&self, op: &'static str, index: &Tensor, source: &Tensor, how: Scatter) -> Result<()> {
         let src = source.to_dtype(self.dtype)?;
         let src = if src.same_storage(self) { src.copy_as(self.dtype)? } else { src };
         let (i, s) = (index.read(), src.read());
+        let (lx, li, ls, idt, dt) = (&self.layout, &index.layout, &src.layout, index.dtype, self.dtype);
         match (&*i, &*s) {
             (Storage::Cpu(_), Storage::Cpu(sb)) => {
-                let idx = host_indices("put_", index, self.numel())?;
-                let mut g = self.write("put_")?;
+                let size = match how {
+                    Scatter::Flat { .. } => self.numel(),
+                    Scatter::Along(d) => self.shape()[d],
+                };
+                let idx = host_indices(op, index, size)?;
+                let mut g = self.write(op)?;
                 let Storage::Cpu(x) = &mut *g else { unreachable!() };
-                cpu::index::put(x, &self.layout, &idx, sb, &src.layout, self.dtype, accumulate);
+                match how {
+                    Scatter::Flat { accumulate } => cpu::index::put(x, lx, &idx, sb, ls, dt, accumulate),
+                    Scatter::Along(d) => cpu::index::index_copy(x, lx, d, &idx, sb, ls, dt),
+                }
                 Ok(())
             }
             (Storage::Cuda(ib), Storage::Cuda(sb)) => {
-                let mut g = self.write("put_")?;
+                let mut g = self.write(op)?;
                 let Storage::Cuda(x) = &mut *g else { unreachable!() };
-                crate::cuda::ops::put(
-                    x,
-                    &self.layout,
-                    ib,
-                    &index.layout,
-                    index.dtype,
-                    sb,
-                    &src.layout,
-                    self.dtype,
-                    accumulate,
-                )
+                match how {
+                    Scatter::Flat { accumulate } => {
+                        crate::cuda::ops::put(x, lx, ib, li, idt, sb, ls, dt, accumulate)
+                    }
+                    Scatter::Along(d) => crate::cuda::ops::index_copy(x, lx, d, ib, li, idt, sb, ls, dt),
+                }
             }
             _ => unreachable!("devices checked above"),
         }
