@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root, over binaries staged by stage-gpu.sh, and
 # ends with a short table. Every step has a time limit so one hang cannot eat the call.
-# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all|suite:NAME|decode:PRESET] ...
+# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all|suite:NAME|decode:PRESET|long:PRESET] ...
 #   (default: tests bench). KILN_GPU_ONLY=REGEX keeps the test binaries and kernel families
 #   (sanitize) whose names match it.
 #   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
@@ -13,6 +13,7 @@
 #   profile:  ncu over the reductions suite's small-row kernels and the fp8 decode kernel
 #   suite:NAME     one `kiln bench --suite NAME` with its PyTorch peer
 #   decode:PRESET  `kiln bench --suite decode --preset PRESET` with its PyTorch peer
+#   long:PRESET    `kiln bench --suite long --preset PRESET`: 10,000 tokens, memory flat?
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
 set -uo pipefail
@@ -114,6 +115,7 @@ for m in "${modes[@]}"; do
   case "$m" in tests) tests;; bench) bench;; sanitize) sanitize;; profile) profile;; all) tests; bench; sanitize;;
     suite:*) run "${m/:/_}" 300 .gpu/kiln bench --suite "${m#suite:}" --json "$RES/${m#suite:}.json";;
     decode:*) run "${m/:/_}" 400 .gpu/kiln bench --suite decode --preset "${m#decode:}" --json "$RES/decode-${m#decode:}.json";;
+    long:*) run "${m/:/_}" 400 .gpu/kiln bench --suite long --preset "${m#long:}" --json "$RES/long-${m#long:}.json";;
     *) echo "unknown mode $m"; exit 2;; esac
 done
 grep -h "^FAIL\|panicked" "$LOG"/*.log | head -30 | cut -c1-200

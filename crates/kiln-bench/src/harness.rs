@@ -70,11 +70,12 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "decode" if device == Device::Cpu => crate::cpu_decode::run(opts.preset),
         "decode" => crate::decode::run(opts.preset, opts.peer),
         "memory" => crate::decode::memory(opts.preset),
+        "long" => crate::long_decode::run(opts.preset, device, crate::long_decode::LONG_TOKENS),
         "vae" => crate::vae::run(device),
         other => Err(Error::invalid(
             "bench",
             format!(
-                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, linalg, attention, ops, decode, memory, vae, correctness, default, all)"
+                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, linalg, attention, ops, decode, memory, long, vae, correctness, default, all)"
             ),
         )),
     }

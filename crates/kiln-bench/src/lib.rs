@@ -12,6 +12,7 @@ pub mod harness;
 pub mod linalg;
 pub mod linalg_fixtures;
 pub mod linear;
+pub mod long_decode;
 pub mod membw;
 pub mod peaks;
 pub mod peer;

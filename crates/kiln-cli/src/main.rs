@@ -35,7 +35,8 @@ enum Cmd {
     /// set (about two minutes on a GPU; a reduced CPU set without one, saying why).
     Bench {
         /// cpu, runtime, linear, reductions, fp8, grouped, linalg, attention, ops (runtime to grouped), decode, memory,
-        /// vae, correctness, default, all.
+        /// long (10,000 tokens of --preset with memory sampled at three levels), vae, correctness,
+        /// default, all.
         #[arg(long, default_value = "default")]
         suite: String,
         /// cpu, cuda, cuda:N or auto.
