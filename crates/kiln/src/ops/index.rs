@@ -4,19 +4,11 @@
 //! indices and write 0 for out-of-range ones, as documented in `kernels/index.cu`.
 
 use crate::cpu;
+use crate::cuda::ops::Scatter;
 use crate::error::{Error, Result};
 use crate::layout::normalize_dim;
 use crate::storage::Storage;
 use crate::{DType, Tensor};
-
-/// Where an in-place write by index lands.
-#[derive(Clone, Copy)]
-enum Scatter {
-    /// At flat positions of `self` (`put_`), adding with `accumulate`.
-    Flat { accumulate: bool },
-    /// At positions along this dim (`index_copy_`).
-    Along(usize),
-}
 
 pub(super) fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
     if !t.dtype.is_int() {
@@ -206,12 +198,7 @@ impl Tensor {
             (Storage::Cuda(ib), Storage::Cuda(sb)) => {
                 let mut g = self.write(op)?;
                 let Storage::Cuda(x) = &mut *g else { unreachable!() };
-                match how {
-                    Scatter::Flat { accumulate } => {
-                        crate::cuda::ops::put(x, lx, ib, li, idt, sb, ls, dt, accumulate)
-                    }
-                    Scatter::Along(d) => crate::cuda::ops::index_copy(x, lx, d, ib, li, idt, sb, ls, dt),
-                }
+                crate::cuda::ops::scatter(x, lx, how, ib, li, idt, sb, ls, dt)
             }
             _ => unreachable!("devices checked above"),
         }

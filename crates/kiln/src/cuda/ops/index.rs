@@ -100,13 +100,23 @@ pub fn take(
     Ok(o)
 }
 
-/// `x[.., idx[c], ..] = src[.., c, ..]` along `dim`, in place; `src` shaped as the view
-/// `lx` but for `dim`, of `li.numel()` positions.
+/// Where [`scatter`] writes.
+#[derive(Clone, Copy, Debug)]
+pub enum Scatter {
+    /// `x.flatten()[idx[p]] = src[p]` (`put_`), `+=` with `accumulate`.
+    Flat { accumulate: bool },
+    /// `x[.., idx[c], ..] = src[.., c, ..]` along this dim (`index_copy_`); `src` shaped as
+    /// the view `lx` but for that dim, of `li.numel()` positions.
+    Along(usize),
+}
+
+/// In place: `src` (`ls`) written into the view `lx` of `x` at the indices `idx` (`li`,
+/// `idt`), as `at` says.
 #[allow(clippy::too_many_arguments)]
-pub fn index_copy(
+pub fn scatter(
     x: &mut DeviceBuffer,
     lx: &Layout,
-    dim: usize,
+    at: Scatter,
     idx: &DeviceBuffer,
     li: &Layout,
     idt: DType,
@@ -115,59 +125,50 @@ pub fn index_copy(
     dt: DType,
 ) -> Result<()> {
     let dev = dev_of(x)?;
-    let n = ls.numel();
+    let n = match at {
+        Scatter::Flat { .. } => li.numel(),
+        Scatter::Along(_) => ls.numel(),
+    };
     if n == 0 {
         return Ok(());
     }
     let (_i64_copy, ip) = i64_indices(idx, li, idt)?;
-    let f = dev.function(&INDEX, &format!("index_copy_{}", size_suffix(dt)))?;
-    let (sx, ss) = (Strided::exact(lx)?, Strided::exact(ls)?);
-    let (xp, d, sp, n64) = (x.ptr(), dim as i32, src.ptr(), n as i64);
-    // SAFETY: writes `x` only at in-range coordinates of its view (out-of-range indices are
-    // skipped); reads src.shape[dim] indices and n source elements at their view's offsets.
-    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, d, ip, sp, ss, n64)? };
+    let (xp, sp, n64) = (x.ptr(), src.ptr(), n as i64);
+    match at {
+        Scatter::Along(dim) => {
+            let f = dev.function(&INDEX, &format!("index_copy_{}", size_suffix(dt)))?;
+            let (sx, ss, d) = (Strided::exact(lx)?, Strided::exact(ls)?, dim as i32);
+            // SAFETY: writes `x` only at in-range coordinates of its view (out-of-range
+            // indices are skipped); reads src.shape[dim] indices and n source elements at
+            // their view's offsets.
+            unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, d, ip, sp, ss, n64)? };
+        }
+        Scatter::Flat { accumulate } => {
+            let f = dev.function(&INDEX, &put_kernel(dt, accumulate, dev.ordinal())?)?;
+            let (sx, ss, numel) = (Strided::of(lx)?, Strided::of(ls)?, lx.numel() as i64);
+            // SAFETY: writes `x` only at in-range flat positions of its view; reads n
+            // indices and n source elements.
+            unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, ip, sp, ss, n64, numel)? };
+        }
+    }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn put(
-    x: &mut DeviceBuffer,
-    lx: &Layout,
-    idx: &DeviceBuffer,
-    li: &Layout,
-    idt: DType,
-    src: &DeviceBuffer,
-    ls: &Layout,
-    dt: DType,
-    accumulate: bool,
-) -> Result<()> {
-    let dev = dev_of(x)?;
-    let n = li.numel();
-    if n == 0 {
-        return Ok(());
+/// The `put_` kernel for `dt`: a plain store, or an atomic add where one exists.
+fn put_kernel(dt: DType, accumulate: bool, ordinal: usize) -> Result<String> {
+    if !accumulate {
+        return Ok(format!("put_{}", size_suffix(dt)));
     }
-    let (_i64_copy, ip) = i64_indices(idx, li, idt)?;
-    let name = if accumulate {
-        let s = match dt {
-            DType::I64 | DType::U64 => "i64",
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I32 => suffix("put_", dt)?,
-            _ => {
-                return Err(Error::NotImplemented {
-                    op: "put_(accumulate)",
-                    device: Device::Cuda(dev.ordinal()),
-                    dtype: dt,
-                })
-            }
-        };
-        format!("put_add_{s}")
-    } else {
-        format!("put_{}", size_suffix(dt))
+    let s = match dt {
+        DType::I64 | DType::U64 => "i64",
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I32 => suffix("put_", dt)?,
+        _ => {
+            return Err(Error::NotImplemented {
+                op: "put_(accumulate)",
+                device: Device::Cuda(ordinal),
+                dtype: dt,
+            })
+        }
     };
-    let f = dev.function(&INDEX, &name)?;
-    let (xp, sx, sp, ss, n64, numel) =
-        (x.ptr(), Strided::of(lx)?, src.ptr(), Strided::of(ls)?, n as i64, lx.numel() as i64);
-    // SAFETY: writes `x` only at in-range flat positions of its view; reads n indices
-    // and n source elements.
-    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, ip, sp, ss, n64, numel)? };
-    Ok(())
+    Ok(format!("put_add_{s}"))
 }
