@@ -4,11 +4,20 @@
 //! indices and write 0 for out-of-range ones, as documented in `kernels/index.cu`.
 
 use crate::cpu;
-use crate::cuda::ops::Scatter;
 use crate::error::{Error, Result};
 use crate::layout::normalize_dim;
 use crate::storage::Storage;
 use crate::{DType, Tensor};
+
+/// Where an in-place write by index lands: the one difference between `put_` and
+/// `index_copy_` that the backends see.
+#[derive(Clone, Copy, Debug)]
+pub enum Scatter {
+    /// `self.flatten()[index[p]] = source[p]` (`put_`), `+=` with `accumulate`.
+    Flat { accumulate: bool },
+    /// `self[.., index[c], ..] = source[.., c, ..]` along this dim (`index_copy_`).
+    Along(usize),
+}
 
 pub(super) fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
     if !t.dtype.is_int() {

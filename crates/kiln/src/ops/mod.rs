@@ -31,6 +31,7 @@ pub use create::RandKind;
 pub(crate) use elementwise::kernel_op_codes;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use experts::ExpertGroups;
+pub use index::Scatter;
 pub use interpolate::{InterpolateMode, Resize};
 pub use loss::Reduction;
 pub use pad::PadMode;

@@ -72,34 +72,38 @@ impl Tensor {
                 ));
             }
         }
+        // A start known on the host (given, or in a CPU tensor) is checked here; one in a
+        // CUDA tensor stays there.
+        let host_start = match start {
+            RotaryStart::At(p) => Some(p),
+            RotaryStart::Device(s) if !s.device.is_cuda() => {
+                Some(usize::try_from(s.item()? as i64).map_err(|_| past(0))?)
+            }
+            RotaryStart::Device(_) => None,
+        };
+        if let Some(p) = host_start.filter(|&p| p + t > positions) {
+            return Err(past(p));
+        }
         let (cos, sin) = (cos.dense()?, sin.dense()?);
         let (cg, sg) = (cos.read(), sin.read());
         let storage = match (&*cg, &*sg) {
             (Storage::Cpu(cb), Storage::Cpu(sb)) => {
-                let p = match start {
-                    RotaryStart::At(p) => p,
-                    RotaryStart::Device(s) => usize::try_from(s.item()? as i64).map_err(|_| past(0))?,
-                };
-                if p + t > positions {
-                    return Err(past(p));
-                }
+                let p = host_start.expect("a CPU start is read on the host");
                 let x = self.dense()?;
                 let Storage::Cpu(xb) = &*x.read() else { unreachable!("devices checked above") };
                 Storage::Cpu(cpu::rotary::rotary(xb, cb, sb, r, t, d, p, self.dtype))
             }
             (Storage::Cuda(cb), Storage::Cuda(sb)) => {
-                let sg = match start {
-                    RotaryStart::At(p) if p + t > positions => return Err(past(p)),
-                    RotaryStart::At(_) => None,
-                    RotaryStart::Device(s) => Some((s.read(), s.layout.offset)),
+                let start_guard = match start {
+                    RotaryStart::Device(s) if host_start.is_none() => Some((s.read(), s.layout.offset)),
+                    _ => None,
                 };
-                let at = match (&sg, start) {
-                    (Some((g, offset)), _) => match &**g {
-                        Storage::Cuda(b) => CudaStart::Device(b, *offset),
-                        Storage::Cpu(_) => unreachable!("devices checked above"),
-                    },
-                    (None, RotaryStart::At(p)) => CudaStart::At(p),
-                    (None, RotaryStart::Device(_)) => unreachable!("a device start is read above"),
+                let at = match (&start_guard, host_start) {
+                    (Some((g, offset)), _) => {
+                        let Storage::Cuda(b) = &**g else { unreachable!("devices checked above") };
+                        CudaStart::Device(b, *offset)
+                    }
+                    (None, p) => CudaStart::At(p.expect("no start tensor: a host start")),
                 };
                 let xg = self.read();
                 let Storage::Cuda(xb) = &*xg else { unreachable!("devices checked above") };

@@ -6,6 +6,7 @@ use super::{copy, dev_of, grid, size_suffix, suffix, Strided, INDEX};
 use crate::cuda::{DeviceBuffer, PushKernelArg};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::ops::Scatter;
 use crate::{DType, Device};
 
 /// The device address of `idx` (`li`, `idt`) as contiguous int64: its own memory when it
@@ -100,18 +101,9 @@ pub fn take(
     Ok(o)
 }
 
-/// Where [`scatter`] writes.
-#[derive(Clone, Copy, Debug)]
-pub enum Scatter {
-    /// `x.flatten()[idx[p]] = src[p]` (`put_`), `+=` with `accumulate`.
-    Flat { accumulate: bool },
-    /// `x[.., idx[c], ..] = src[.., c, ..]` along this dim (`index_copy_`); `src` shaped as
-    /// the view `lx` but for that dim, of `li.numel()` positions.
-    Along(usize),
-}
-
 /// In place: `src` (`ls`) written into the view `lx` of `x` at the indices `idx` (`li`,
-/// `idt`), as `at` says.
+/// `idt`), as `at` says (for `Along`, `src` is shaped as the view but for that dim, of
+/// `li.numel()` positions).
 #[allow(clippy::too_many_arguments)]
 pub fn scatter(
     x: &mut DeviceBuffer,

@@ -51,7 +51,7 @@ pub use fp8_linear::{
 };
 pub use grouped_mm::grouped_mm;
 pub use histogram::{bincount, decode_range, value_range_i64};
-pub use index::{gather, index_select, scatter, take, Scatter};
+pub use index::{gather, index_select, scatter, take};
 pub use linalg_inv::{inv_small, INV_MAX_N};
 pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
