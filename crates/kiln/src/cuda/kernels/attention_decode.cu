@@ -6,46 +6,30 @@
 // attends over a growing cache without re-capture.
 //
 // Floor: the op moves K and V once, 2·n·D·Hkv·B elements (Llama-3.1-8B, 4096 keys, bf16:
-// 16.8 MB = 4.1 µs at 4.1 TB/s); FLOPs are negligible. The kernel is built to stream them:
-// - a group is one (batch, KV head, tile of R = 4 or 8 query rows): the query heads that share the
-//   KV head and their queries, so each key is read once for all of them;
-// - split-KV: the keys of a group are split over a cluster of C blocks (C set at launch,
-//   up to 16, one when clusters are absent), so a handful of KV heads still fills the GPU;
-// - in a block, 8 warps take keys in turn; a warp reads U keys per step per lane group,
-//   LK lanes per key, 16 bytes per lane (every load of a warp is whole cache rows);
-// - every lane group keeps an online-softmax state (max m, sum l, acc = Σ p·v, base-2
-//   exponentials, q pre-scaled by scale·log2 e); the states merge across lane groups
-//   (shuffles), warps (shared memory) and the cluster's blocks (remote shared-memory
-//   stores, one cluster barrier), each block finishing a slice of the R·D outputs.
+// 16.8 MB = 4.1 µs at 4.1 TB/s). On CUDA cores the per-key dot products and their shuffles
+// made it instruction-bound (4–10× the floor), so both products run on tensor cores:
+// - a group is one (batch, KV head, tile of 16 query rows): the query heads that share the
+//   KV head and their queries, mma.sync's M (rows past the group's are zeros, never written);
+// - split-KV: the group's keys, in tiles of 16, are balanced over `splits` blocks (set at
+//   launch to fill the GPU); in a block each of 4 warps takes every 4th tile, streamed into
+//   its own shared-memory stages by cp.async (AD_STAGES deep, zero-filled past the keys);
+// - per tile: S = Q·Kᵀ (16 rows × 16 keys, ldmatrix of the row-major tiles), masked and
+//   scaled by scale·log2 e, an online softmax per row in base 2 (max and rescale over
+//   the 4 lanes that hold a row), then O += P·V with P taken from S's registers as the A
+//   operand and V by ldmatrix.trans;
+// - the 4 warps' states merge in shared memory. One split writes the output; more write
+//   (max, sum) and unnormalised sums per row to scratch and attention_decode_merge (next
+//   on the stream) weighs the splits.
 // Causal (top-left, as PyTorch's is_causal): query i sees keys 0..=i. A row with no key
-// gives 0. Query rows past the group's are neither read nor written.
+// gives 0.
 
-#define AD_WARPS 8
+#define AD_WARPS 4
 #define AD_THREADS (AD_WARPS * 32)
-
-// 16 bytes of T as floats.
-template <typename T> struct Chunk { enum { N = 16 / sizeof(T) }; };
-__device__ __forceinline__ void to_floats(u32x4 v, float* f, kbf) {
-    unsigned int w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ void to_floats(u32x4 v, float* f, kh) {
-    unsigned int w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        kh lo, hi;
-        lo.x = (unsigned short)(w[i] & 0xffffu);
-        hi.x = (unsigned short)(w[i] >> 16);
-        f[2 * i] = h2f(lo);
-        f[2 * i + 1] = h2f(hi);
-    }
-}
-
-__host__ __device__ constexpr int ad_pow2_at_least(int n) { return n <= 4 ? 4 : n <= 8 ? 8 : n <= 16 ? 16 : 32; }
+#define AD_ROWS 16
+#define AD_KEYS 16
+#define AD_STAGES 2
+// Splits a group may have (the merge kernel's weights live in shared memory).
+#define AD_MAX_SPLITS 64
 
 // exp2(a - b) with exp2(-inf - -inf) = 0 (a state that has seen no key weighs nothing).
 __device__ __forceinline__ float ad_weight(float a, float b) { return a == -kiln_inf() ? 0.f : exp2f(a - b); }
@@ -55,220 +39,247 @@ struct AdArgs {
     i64 k_sb, k_sh, k_ss;  // key strides: batch, head, position
     i64 v_sb, v_sh, v_ss;  // value strides
     int hkv, g, l, s;      // KV heads, query heads per KV head, queries, keys in the view
-    int tiles, causal;     // R-row tiles per group; top-left causal
+    int tiles, causal;     // 16-row tiles per group; top-left causal
+    int splits;            // blocks per group
     float scale_log2;      // scale · log2(e)
 };
 
-template <typename T, int D, int R>
-__device__ void attention_decode(const T* q, const T* k, const T* v, const int* len, T* out, AdArgs a) {
-    constexpr int V = Chunk<T>::N, NCH = D / V, LK = ad_pow2_at_least(NCH), CPL = (NCH + LK - 1) / LK;
-    constexpr int KG = 32 / LK, U = R >= 8 ? 2 : 4, KPW = KG * U;
-    __shared__ float qs[R][D];
-    __shared__ float sacc[R][D];
-    __shared__ float wm[AD_WARPS][R], wl[AD_WARPS][R];
-#ifdef KILN_HAS_CLUSTER
-    __shared__ float pairs[CLUSTER_MAX][R][2];
-    __shared__ float recv[R * D / 2 + CLUSTER_MAX][2];
-    const unsigned nb = cluster_blocks(), rank = cluster_rank();
-    // Another block's shared memory exists once that block runs: announce this one now,
-    // wait for all before the remote stores.
-    if (nb > 1) cluster_arrive_relaxed();
-#else
-    const unsigned nb = 1, rank = 0;
-#endif
-    const i64 zero = kiln_wait_previous_kernel();
-    kiln_let_next_kernel_start();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane % LK, kg = lane / LK;
-    const int group = blockIdx.x / nb, tile = group % a.tiles, hk = group / a.tiles % a.hkv, b = group / a.tiles / a.hkv;
-    const int rows = a.g * a.l;
-    int n = a.s;
-    if (len) n = max(0, min(*(const volatile int*)(len + zero), a.s));
-
-    // The tile's query rows, pre-scaled, as floats; sacc zeroed for the warps' merge.
-    for (int e = threadIdx.x; e < R * D; e += AD_THREADS) {
-        const int r = e / D, d = e % D, gr = tile * R + r;
-        float x = 0.f;
-        if (gr < rows) x = up<float>(q[b * a.q_sb + (i64)(hk * a.g + gr / a.l) * a.q_sh + (i64)(gr % a.l) * a.q_sl + d]) * a.scale_log2;
-        qs[r][d] = x;
-        sacc[r][d] = 0.f;
-    }
-    __syncthreads();
-    // This block's keys.
-    const int per = (n + nb - 1) / nb, k0 = min(n, (int)rank * per), k1 = min(n, k0 + per);
-    const unsigned char* kb = (const unsigned char*)(k + b * a.k_sb + hk * a.k_sh + zero);
-    const unsigned char* vb = (const unsigned char*)(v + b * a.v_sb + hk * a.v_sh + zero);
-    float m[R], l[R], acc[R][CPL][V];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        m[r] = -kiln_inf();
-        l[r] = 0.f;
-#pragma unroll
-        for (int c = 0; c < CPL; ++c)
-#pragma unroll
-            for (int e = 0; e < V; ++e) acc[r][c][e] = 0.f;
-    }
-    for (int base = k0 + warp * KPW; base < k1; base += AD_WARPS * KPW) {
-        u32x4 kv[U][CPL], vv[U][CPL];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int j = base + u * KG + kg;
-#pragma unroll
-            for (int c = 0; c < CPL; ++c) {
-                const int ch = sub + c * LK;
-                const bool on = j < k1 && ch < NCH;
-                kv[u][c] = on ? ld_stream16(kb + ((i64)j * a.k_ss + ch * V) * sizeof(T)) : u32x4{0, 0, 0, 0};
-                vv[u][c] = on ? ld_stream16(vb + ((i64)j * a.v_ss + ch * V) * sizeof(T)) : u32x4{0, 0, 0, 0};
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            // Keys row r may see: all, or 0..=i (causal).
-            const int end = min(k1, a.causal ? (tile * R + r) % a.l + 1 : n);
-            float sc[U];
-            float top = m[r];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                float dot = 0.f;
-#pragma unroll
-                for (int c = 0; c < CPL; ++c) {
-                    const int ch = sub + c * LK;
-                    if (ch < NCH) {
-                        float kf[V];
-                        to_floats(kv[u][c], kf, T());
-#pragma unroll
-                        for (int e = 0; e < V; ++e) dot += qs[r][ch * V + e] * kf[e];
-                    }
-                }
-#pragma unroll
-                for (int o = LK / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-                sc[u] = base + u * KG + kg < end ? dot : -kiln_inf();
-                top = fmaxf(top, sc[u]);
-            }
-            if (top == -kiln_inf()) continue;
-            const float f = ad_weight(m[r], top);
-            m[r] = top;
-            l[r] *= f;
-#pragma unroll
-            for (int c = 0; c < CPL; ++c)
-#pragma unroll
-                for (int e = 0; e < V; ++e) acc[r][c][e] *= f;
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const float p = ad_weight(sc[u], top);
-                l[r] += p;
-#pragma unroll
-                for (int c = 0; c < CPL; ++c) {
-                    float vf[V];
-                    to_floats(vv[u][c], vf, T());
-#pragma unroll
-                    for (int e = 0; e < V; ++e) acc[r][c][e] += p * vf[e];
-                }
-            }
-        }
-    }
-
-    // Lane groups of a warp → one state (lanes with the same `sub` hold the same dims).
-#pragma unroll
-    for (int o = LK; o < 32; o <<= 1) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const float m2 = __shfl_xor_sync(0xffffffffu, m[r], o), l2 = __shfl_xor_sync(0xffffffffu, l[r], o);
-            const float top = fmaxf(m[r], m2), f1 = ad_weight(m[r], top), f2 = ad_weight(m2, top);
-            l[r] = l[r] * f1 + l2 * f2;
-#pragma unroll
-            for (int c = 0; c < CPL; ++c)
-#pragma unroll
-                for (int e = 0; e < V; ++e)
-                    acc[r][c][e] = acc[r][c][e] * f1 + __shfl_xor_sync(0xffffffffu, acc[r][c][e], o) * f2;
-            m[r] = top;
-        }
-    }
-    // Warps → the block's state: max over warps, then each adds its rescaled sums.
-    if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            wm[warp][r] = m[r];
-            wl[warp][r] = l[r];
-        }
-    }
-    __syncthreads();
-    float bm[R], bl[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        bm[r] = -kiln_inf();
-        for (int w = 0; w < AD_WARPS; ++w) bm[r] = fmaxf(bm[r], wm[w][r]);
-        bl[r] = 0.f;
-        for (int w = 0; w < AD_WARPS; ++w) bl[r] += wl[w][r] * ad_weight(wm[w][r], bm[r]);
-    }
-    if (lane < LK) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const float f = ad_weight(m[r], bm[r]);
-#pragma unroll
-            for (int c = 0; c < CPL; ++c) {
-                const int ch = sub + c * LK;
-                if (ch < NCH && f != 0.f)
-#pragma unroll
-                    for (int e = 0; e < V; ++e) atomicAdd(&sacc[r][ch * V + e], acc[r][c][e] * f);
-            }
-        }
-    }
-    __syncthreads();
-
-    // The cluster's blocks → the output. Pair p of the R·D/2 output pairs belongs to block
-    // p % nb, which receives every block's sums of it and every block's (max, sum) per row.
-    T* ob = out + ((i64)b * a.hkv * a.g + (i64)hk * a.g) * a.l * D;
-    auto finish = [&](int r, int d, float num0, float num1, float den) {
-        const int gr = tile * R + r;
-        if (gr >= rows) return;
-        const float inv = den > 0.f ? 1.f / den : 0.f;
-        T* o = ob + (i64)gr * D + d;
-        o[0] = down<T>(num0 * inv);
-        o[1] = down<T>(num1 * inv);
-    };
-    if (nb == 1) {
-        for (int p = threadIdx.x; p < R * D / 2; p += AD_THREADS) {
-            const int r = 2 * p / D, d = 2 * p % D;
-            finish(r, d, sacc[r][d], sacc[r][d + 1], bl[r]);
-        }
-        return;
-    }
-#ifdef KILN_HAS_CLUSTER
-    cluster_wait();
-    if (threadIdx.x < nb * R) {
-        const int r = threadIdx.x % R;
-        cluster_store2(pairs[rank][r], threadIdx.x / R, bm[r], bl[r]);
-    }
-    const int slots = (R * D / 2 + nb - 1) / nb;
-    for (int p = threadIdx.x; p < R * D / 2; p += AD_THREADS) {
-        const int r = 2 * p / D, d = 2 * p % D;
-        cluster_store2(recv[rank * slots + p / nb], p % nb, sacc[r][d], sacc[r][d + 1]);
-    }
-    cluster_arrive();
-    cluster_wait();
-    for (int p = rank + threadIdx.x * nb; p < R * D / 2; p += AD_THREADS * nb) {
-        const int r = 2 * p / D, d = 2 * p % D;
-        float top = -kiln_inf();
-        for (unsigned c = 0; c < nb; ++c) top = fmaxf(top, pairs[c][r][0]);
-        float num0 = 0.f, num1 = 0.f, den = 0.f;
-        for (unsigned c = 0; c < nb; ++c) {
-            const float f = ad_weight(pairs[c][r][0], top);
-            const float* x = recv[c * slots + p / nb];
-            num0 += x[0] * f;
-            num1 += x[1] * f;
-            den += pairs[c][r][1] * f;
-        }
-        finish(r, d, num0, num1, den);
-    }
-#endif
+// Where a block's group and rows are: `ob` the output of its first row.
+struct AdGroup {
+    int tile, hk, b, row0, here;
+};
+__device__ __forceinline__ AdGroup ad_group(int group, const AdArgs& a) {
+    AdGroup x;
+    x.tile = group % a.tiles;
+    x.hk = group / a.tiles % a.hkv;
+    x.b = group / a.tiles / a.hkv;
+    x.row0 = x.tile * AD_ROWS;
+    x.here = min(AD_ROWS, a.g * a.l - x.row0);
+    return x;
+}
+template <typename T, int D> __device__ __forceinline__ T* ad_out(T* out, const AdGroup& x, const AdArgs& a) {
+    return out + ((i64)x.b * a.hkv * a.g + (i64)x.hk * a.g) * a.l * D + (i64)x.row0 * D;
 }
 
-#define KILN_AD(S, T, D, R)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(AD_THREADS, 2) attention_decode_##S##_d##D##_r##R(            \
-        const T* q, const T* k, const T* v, const int* len, T* out, AdArgs a) {                                 \
-        attention_decode<T, D, R>(q, k, v, len, out, a);                                                        \
+// Dynamic shared memory: the query tile, then per warp AD_STAGES × (K tile, V tile), rows
+// padded to an odd number of 16-byte units so ldmatrix's 8 row reads hit distinct banks;
+// after the key loop the warps' states (f32 sums, max, sum) overlay the stages.
+// cuda/ops/attention_decode.rs sizes it by the same formula.
+template <int D> struct AdSmem {
+    enum {
+        PITCH = D + 8,
+        TILE = AD_KEYS * PITCH * 2,
+        Q = AD_ROWS * PITCH * 2,
+        STAGES = AD_WARPS * AD_STAGES * 2 * TILE,
+        MERGE = AD_WARPS * AD_ROWS * (D + 2) * 4,
+        BYTES = Q + (STAGES > MERGE ? STAGES : MERGE),
+    };
+};
+
+template <typename T, int D>
+__device__ void attention_decode(const T* q, const T* k, const T* v, const int* len, T* out, float* part, float* ml,
+                                 AdArgs a) {
+    using S = AdSmem<D>;
+    constexpr int P = S::PITCH, CH = D / 8, NT = D / 8;
+    extern __shared__ __align__(16) unsigned char ad_smem[];
+    T* qs = (T*)ad_smem;
+    const unsigned q_at = smem_addr(ad_smem);
+
+    const i64 zero = kiln_wait_previous_kernel();
+    kiln_let_next_kernel_start();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int split = blockIdx.x % a.splits;
+    const AdGroup x = ad_group(blockIdx.x / a.splits, a);
+    int n = a.s;
+    if (len) n = max(0, min(*(const volatile int*)(len + zero), a.s));
+    // This block's key tiles [t0, t1) of ceil(n / 16), balanced over the splits; this
+    // warp's are t0 + warp + AD_WARPS·i, i < mine.
+    const int tiles = (n + AD_KEYS - 1) / AD_KEYS;
+    const int t0 = (int)((i64)tiles * split / a.splits), t1 = (int)((i64)tiles * (split + 1) / a.splits);
+    const int mine = t1 - t0 > warp ? (t1 - t0 - warp + AD_WARPS - 1) / AD_WARPS : 0;
+
+    for (int e = threadIdx.x; e < AD_ROWS * D; e += AD_THREADS) {
+        const int r = e / D, d = e % D, gr = x.row0 + r;
+        qs[r * P + d] = r < x.here ? q[x.b * a.q_sb + (i64)(x.hk * a.g + gr / a.l) * a.q_sh + (i64)(gr % a.l) * a.q_sl + d]
+                                   : down<T>(0.f);
     }
-#define KILN_AD_ROWS(S, T, D) KILN_AD(S, T, D, 4) KILN_AD(S, T, D, 8)
-#define KILN_AD_DIMS(S, T) \
-    KILN_AD_ROWS(S, T, 64) KILN_AD_ROWS(S, T, 80) KILN_AD_ROWS(S, T, 96) KILN_AD_ROWS(S, T, 128) KILN_AD_ROWS(S, T, 256)
+    const unsigned char* kb = (const unsigned char*)(k + x.b * a.k_sb + x.hk * a.k_sh + zero);
+    const unsigned char* vb = (const unsigned char*)(v + x.b * a.v_sb + x.hk * a.v_sh + zero);
+    const unsigned stages = q_at + S::Q + warp * AD_STAGES * 2 * S::TILE;
+    auto fetch = [&](int i) {
+        if (i < mine) {
+            const int key0 = (t0 + warp + i * AD_WARPS) * AD_KEYS;
+            const unsigned at = stages + (i % AD_STAGES) * 2 * S::TILE;
+#pragma unroll
+            for (int c = lane; c < AD_KEYS * CH; c += 32) {
+                const int r = c / CH, ch = c % CH, j = key0 + r;
+                const bool ok = j < n;
+                const unsigned dst = at + (r * P + ch * 8) * 2;
+                cp_async16(dst, ok ? kb + ((i64)j * a.k_ss + ch * 8) * sizeof(T) : kb, ok);
+                cp_async16(dst + S::TILE, ok ? vb + ((i64)j * a.v_ss + ch * 8) * sizeof(T) : vb, ok);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < AD_STAGES - 1; ++i) fetch(i);
+    __syncthreads();
+
+    float m[2] = {-kiln_inf(), -kiln_inf()}, l[2] = {0.f, 0.f};  // rows gq, gq + 8
+    float o[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+    for (int i = 0; i < mine; ++i) {
+        fetch(i + AD_STAGES - 1);
+        cp_async_wait<AD_STAGES - 1>();
+        __syncwarp();
+        const unsigned ks = stages + (i % AD_STAGES) * 2 * S::TILE, vs = ks + S::TILE;
+        const int key0 = (t0 + warp + i * AD_WARPS) * AD_KEYS;
+        // s[j]: scores of keys 8j..8j+7 of the tile.
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            unsigned af[4], bf[4];
+            ldsm_x4(af, q_at + ((lane & 15) * P + kk * 16 + (lane >> 4) * 8) * 2, false);
+            ldsm_x4(bf, ks + (((lane >> 4) * 8 + (lane & 7)) * P + kk * 16 + ((lane >> 3) & 1) * 8) * 2, false);
+            mma_16816<T>(s[0], af, bf);
+            mma_16816<T>(s[1], af, bf + 2);
+        }
+        // Online softmax; P as mma's A operand: pf[h + 2j] rows gq + 8h, keys 8j + 2tq (+1).
+        unsigned pf[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int end = a.causal ? min(n, (x.row0 + gq + 8 * h) % a.l + 1) : n;
+            float top = m[h];
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float& sc = s[j][2 * h + c];
+                    sc = key0 + 8 * j + 2 * tq + c < end ? sc * a.scale_log2 : -kiln_inf();
+                    top = fmaxf(top, sc);
+                }
+            top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+            top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+            const float f = ad_weight(m[h], top);
+            m[h] = top;
+            l[h] *= f;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                o[t][2 * h] *= f;
+                o[t][2 * h + 1] *= f;
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const float p0 = ad_weight(s[j][2 * h], top), p1 = ad_weight(s[j][2 * h + 1], top);
+                l[h] += p0 + p1;
+                pf[h + 2 * j] = pack2<T>(p0, p1);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t += 2) {
+            unsigned bf[4];
+            ldsm_x4(bf, vs + ((((lane >> 3) & 1) * 8 + (lane & 7)) * P + (t + (lane >> 4)) * 8) * 2, true);
+            mma_16816<T>(o[t], pf, bf);
+            mma_16816<T>(o[t + 1], pf, bf + 2);
+        }
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+
+    // The warps' states → shared memory (over the stages, once every warp is done with them).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    __syncthreads();
+    float* om = (float*)(ad_smem + S::Q);  // [AD_WARPS][AD_ROWS][D]
+    float* wm = om + AD_WARPS * AD_ROWS * D;  // [AD_WARPS][AD_ROWS]
+    float* wl = wm + AD_WARPS * AD_ROWS;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = warp * AD_ROWS + gq + 8 * h;
+        if (tq == 0) {
+            wm[r] = m[h];
+            wl[r] = l[h];
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            om[r * D + 8 * t + 2 * tq] = o[t][2 * h];
+            om[r * D + 8 * t + 2 * tq + 1] = o[t][2 * h + 1];
+        }
+    }
+    __syncthreads();
+
+    // The block's state: the output (one split) or this split's share for the merge.
+    T* ob = ad_out<T, D>(out, x, a);
+    for (int e = threadIdx.x; e < x.here * D; e += AD_THREADS) {
+        const int r = e / D, d = e % D;
+        float top = -kiln_inf();
+#pragma unroll
+        for (int w = 0; w < AD_WARPS; ++w) top = fmaxf(top, wm[w * AD_ROWS + r]);
+        float num = 0.f, den = 0.f;
+#pragma unroll
+        for (int w = 0; w < AD_WARPS; ++w) {
+            const float f = ad_weight(wm[w * AD_ROWS + r], top);
+            num += om[(w * AD_ROWS + r) * D + d] * f;
+            den += wl[w * AD_ROWS + r] * f;
+        }
+        if (a.splits == 1) {
+            ob[(i64)r * D + d] = down<T>(den > 0.f ? num / den : 0.f);
+        } else {
+            const i64 at = (i64)blockIdx.x * AD_ROWS + r;
+            part[at * D + d] = num;
+            if (d == 0) {
+                ml[2 * at] = top;
+                ml[2 * at + 1] = den;
+            }
+        }
+    }
+}
+
+// The splits of a group → its output: weights exp2(max − top) / Σ sum · exp2(max − top) per
+// row (a warp per row), then each output element the weighted sum of the splits' sums.
+template <typename T, int D> __device__ void attention_decode_merge(const float* part, const float* ml, T* out, AdArgs a) {
+    __shared__ float wt[AD_MAX_SPLITS][AD_ROWS];
+    kiln_after_previous_kernel();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = blockIdx.x;
+    const AdGroup x = ad_group(group, a);
+    const i64 first = (i64)group * a.splits * AD_ROWS;  // (group, split 0, row 0)
+    for (int r = warp; r < x.here; r += AD_WARPS) {
+        float top = -kiln_inf();
+        for (int s = lane; s < a.splits; s += 32) top = fmaxf(top, ml[2 * (first + s * AD_ROWS + r)]);
+        top = warp_max(top);
+        float den = 0.f;
+        for (int s = lane; s < a.splits; s += 32) {
+            const i64 at = first + s * AD_ROWS + r;
+            den += ml[2 * at + 1] * ad_weight(ml[2 * at], top);
+        }
+        den = warp_sum(den);
+        const float inv = den > 0.f ? 1.f / den : 0.f;
+        for (int s = lane; s < a.splits; s += 32) wt[s][r] = ad_weight(ml[2 * (first + s * AD_ROWS + r)], top) * inv;
+    }
+    __syncthreads();
+    T* ob = ad_out<T, D>(out, x, a);
+    for (int e = threadIdx.x; e < x.here * D; e += AD_THREADS) {
+        const int r = e / D, d = e % D;
+        const float* p = part + (first + r) * D + d;
+        float acc = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < a.splits; ++s) acc += p[(i64)s * AD_ROWS * D] * wt[s][r];
+        ob[(i64)r * D + d] = down<T>(acc);
+    }
+}
+
+#define KILN_AD(S, T, D)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(AD_THREADS) attention_decode_##S##_d##D(                       \
+        const T* q, const T* k, const T* v, const int* len, T* out, float* part, float* ml, AdArgs a) {         \
+        attention_decode<T, D>(q, k, v, len, out, part, ml, a);                                                 \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(AD_THREADS) attention_decode_merge_##S##_d##D(                 \
+        const float* part, const float* ml, T* out, AdArgs a) {                                                 \
+        attention_decode_merge<T, D>(part, ml, out, a);                                                         \
+    }
+#define KILN_AD_DIMS(S, T) KILN_AD(S, T, 64) KILN_AD(S, T, 80) KILN_AD(S, T, 96) KILN_AD(S, T, 128) KILN_AD(S, T, 256)
 KILN_AD_DIMS(bf16, kbf) KILN_AD_DIMS(f16, kh)

@@ -195,6 +195,54 @@ template <typename A> __device__ __forceinline__ Max<A> merge(Max<A> a, Max<A> b
 template <typename A> __device__ A block_sum(A v) { return block_merge(Sum<A>{v}, Sum<A>{(A)0}).v; }
 template <typename A> __device__ A block_max(A v) { return block_merge(Max<A>{v}, Max<A>{(A)-kiln_inf()}).v; }
 
+// ---- tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix, cp.async ----
+// A fragment register holds two k-adjacent 16-bit values. With gq = lane / 4, tq = lane % 4:
+// A (16×16, row) rows gq / gq + 8 at k 2tq (+8); B (16×8, col) column gq at k 2tq (+8);
+// D (16×8, f32) register 2h + c is row gq + 8h, column 2tq + c.
+template <typename T> __device__ void mma_16816(float* d, const unsigned* a, const unsigned* b);
+#define KILN_MMA_16816(T, P)                                                                                   \
+    template <> __device__ __forceinline__ void mma_16816<T>(float* d, const unsigned* a, const unsigned* b) { \
+        asm("mma.sync.aligned.m16n8k16.row.col.f32." #P "." #P ".f32 "                                         \
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                            \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                   \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                               \
+    }
+KILN_MMA_16816(kbf, bf16)
+KILN_MMA_16816(kh, f16)
+
+// Two floats as one fragment register: `lo` in the low half (the lower k).
+template <typename T> __device__ unsigned pack2(float lo, float hi);
+template <> __device__ __forceinline__ unsigned pack2<kbf>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+template <> __device__ __forceinline__ unsigned pack2<kh>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16-byte copy into shared memory, zeros where `valid` is false (no bytes are read then).
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Four 8×8 16-bit matrices: lanes 8q..8q+7 address the rows of matrix q, register q gets it.
+__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned at, bool trans) {
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+
 // ---- thread-block clusters (sm_90+; size set at launch, up to 16) ----
 #define CLUSTER_MAX 16
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

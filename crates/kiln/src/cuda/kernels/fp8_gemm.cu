@@ -38,7 +38,6 @@ struct __align__(64) TmaMap { u64 v[16]; };
 #endif
 
 #ifdef KILN_HAS_WGMMA
-__device__ __forceinline__ unsigned fg_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void fg_bar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -142,7 +141,7 @@ __device__ __forceinline__ void fg_fetch_scales(unsigned cols, float* row, const
             asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(cols + 4 * c), "l"(sb + min(n0 + c, N - 1))
                          : "memory");
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
     int r0 = m0 + fg_row0(wt);
 #pragma unroll
     for (int h = 0; h < 2; ++h) row[h] = rowwise ? sa[min(r0 + 8 * h, M - 1)] : sa[0] * sb[0];
@@ -209,7 +208,7 @@ __device__ __forceinline__ void fp8_gemm_body(const TmaMap* ma, const TmaMap* mw
 #ifdef KILN_HAS_WGMMA
     extern __shared__ __align__(1024) unsigned char fg_raw[];
     // The 128-byte swizzle repeats every 1024 bytes: stages start on a 1024-byte boundary.
-    unsigned base = (fg_smem(fg_raw) + 1023) & ~1023u;
+    unsigned base = (smem_addr(fg_raw) + 1023) & ~1023u;
     unsigned staging = base + FG_STAGES * FG_STAGE_BYTES, scales = staging + 2 * FG_OUT_BYTES;
     unsigned full = scales + 2 * FG_BN * 4, empty = full + 8 * FG_STAGES;
     unsigned rank;

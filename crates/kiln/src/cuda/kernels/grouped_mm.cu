@@ -38,22 +38,10 @@
 // tile per stage); the element-load path uses the first stage, f32 included.
 #define GM_OPERAND_BYTES (GM_STAGES * GM_BM * GM_PAD * 2)
 
-template <typename T> __device__ void gm_mma(float* d, const unsigned* a, const unsigned* b);
-#define KILN_GM_MMA(T, P)                                                                                 \
-    template <> __device__ __forceinline__ void gm_mma<T>(float* d, const unsigned* a, const unsigned* b) { \
-        asm("mma.sync.aligned.m16n8k16.row.col.f32." #P "." #P ".f32 "                                     \
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                        \
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                               \
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                           \
-    }
-KILN_GM_MMA(kbf, bf16)
-KILN_GM_MMA(kh, f16)
-
 // GmStep<T>::run: one 32-deep K step of a warp's 32×32 block from the shared tiles into
 // acc, in mma.sync's D layout (register 2h + c of acc[i][j] is row wm + 16i + gq + 8h,
-// column wn + 8j + 2tq + c). 16-bit operands: mma.sync m16n8k16 with f32 accumulation; a
-// fragment register holds two k-adjacent values: A rows gq and gq + 8 at k 2tq (+8), B
-// column gq at k 2tq (+8).
+// column wn + 8j + 2tq + c). 16-bit operands: mma.sync m16n8k16 with f32 accumulation
+// (fragment layouts in common.cuh).
 template <typename T> struct GmStep {
     static __device__ __forceinline__ void run(float (*acc)[4][4], const T (*as)[GM_PAD], const T (*bs)[GM_PAD],
                                                int wm, int wn, int gq, int tq) {
@@ -77,7 +65,7 @@ template <typename T> struct GmStep {
 #pragma unroll
             for (int i = 0; i < 2; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) gm_mma<T>(acc[i][j], af[i], bf[j]);
+                for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
         }
     }
 };
@@ -155,20 +143,6 @@ __device__ void gm_find(const int* __restrict__ offs, int M, int G, int slot, in
     }
 }
 
-// 16-byte copy into shared memory, zeros where `valid` is false (no bytes are read then).
-__device__ __forceinline__ void gm_cp16(unsigned dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-
-__device__ __forceinline__ void gm_ldsm4(unsigned* r, unsigned at, bool trans) {
-    if (trans)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-}
-
 // The 16-byte path's K loop (see the top): a tile at shared address `as`, b at `bs`, one
 // stage each GM_BM·GM_PAD·2 bytes apart; b stored [n][k] when `b_kmajor`, else [k][n].
 template <typename T>
@@ -186,29 +160,29 @@ __device__ __forceinline__ void gm_loop_async(float (*acc)[4][4], const T* __res
         for (int i = 0; i < 2; ++i) {
             const int id = tid + i * GM_THREADS, r = id >> 2, kc = (id & 3) * 8, k = k0 + kc;
             const bool ok = m0 + r < m1 && k < K;
-            gm_cp16(sa + (r * GM_PAD + kc) * 2, ok ? a + (i64)(m0 + r) * sam + k : a, ok);
+            cp_async16(sa + (r * GM_PAD + kc) * 2, ok ? a + (i64)(m0 + r) * sam + k : a, ok);
             if (b_kmajor) {
                 const bool okb = n0 + r < N && k < K;
-                gm_cp16(sb + (r * GM_PAD + kc) * 2, okb ? bg + (i64)(n0 + r) * sbn + k : bg, okb);
+                cp_async16(sb + (r * GM_PAD + kc) * 2, okb ? bg + (i64)(n0 + r) * sbn + k : bg, okb);
             } else {
                 const int kr = id >> 3, nc = (id & 7) * 8;
                 const bool okb = k0 + kr < K && n0 + nc < N;
-                gm_cp16(sb + (kr * GM_NPAD + nc) * 2, okb ? bg + (i64)(k0 + kr) * sbk + n0 + nc : bg, okb);
+                cp_async16(sb + (kr * GM_NPAD + nc) * 2, okb ? bg + (i64)(k0 + kr) * sbk + n0 + nc : bg, okb);
             }
         }
     };
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; ++s) {
         if (s < steps) load(s);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        cp_async_commit();
     }
     for (int step = 0; step < steps; ++step) {
         // This step's copies have landed (later ones may still fly) and every warp is done
         // with the stage that the next load overwrites (read in step − 1).
-        asm volatile("cp.async.wait_group %0;" ::"n"(GM_STAGES - 2) : "memory");
+        cp_async_wait<GM_STAGES - 2>();
         __syncthreads();
         if (step + GM_STAGES - 1 < steps) load(step + GM_STAGES - 1);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        cp_async_commit();
         const unsigned sa = as + (step % GM_STAGES) * stage_bytes, sb = bs + (step % GM_STAGES) * stage_bytes;
 #pragma unroll
         for (int ks = 0; ks < GM_BK; ks += 16) {
@@ -218,19 +192,19 @@ __device__ __forceinline__ void gm_loop_async(float (*acc)[4][4], const T* __res
             unsigned af[2][4], bf[4][2];
 #pragma unroll
             for (int i = 0; i < 2; ++i)
-                gm_ldsm4(af[i], sa + ((wm + 16 * i + (lane & 15)) * GM_PAD + ks + (lane >> 4) * 8) * 2, false);
+                ldsm_x4(af[i], sa + ((wm + 16 * i + (lane & 15)) * GM_PAD + ks + (lane >> 4) * 8) * 2, false);
 #pragma unroll
             for (int jj = 0; jj < 2; ++jj) {
                 const int n = wn + 16 * jj + (lane >> 4) * 8, k = ks + ((lane >> 3) & 1) * 8;
                 unsigned r[4];
-                if (b_kmajor) gm_ldsm4(r, sb + ((n + (lane & 7)) * GM_PAD + k) * 2, false);
-                else gm_ldsm4(r, sb + ((k + (lane & 7)) * GM_NPAD + n) * 2, true);
+                if (b_kmajor) ldsm_x4(r, sb + ((n + (lane & 7)) * GM_PAD + k) * 2, false);
+                else ldsm_x4(r, sb + ((k + (lane & 7)) * GM_NPAD + n) * 2, true);
                 bf[2 * jj][0] = r[0], bf[2 * jj][1] = r[1], bf[2 * jj + 1][0] = r[2], bf[2 * jj + 1][1] = r[3];
             }
 #pragma unroll
             for (int i = 0; i < 2; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) gm_mma<T>(acc[i][j], af[i], bf[j]);
+                for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
         }
     }
 }
@@ -298,7 +272,7 @@ __device__ __forceinline__ void grouped_mm_body(const T* __restrict__ a, i64 sam
         T(*bs)[GM_PAD] = reinterpret_cast<T(*)[GM_PAD]>(tiles + GM_OPERAND_BYTES);
         if constexpr (sizeof(T) == 2) {
             if (a_vec && (b_kmajor || b_nmajor)) {
-                unsigned base = (unsigned)__cvta_generic_to_shared(tiles);
+                unsigned base = smem_addr(tiles);
                 gm_loop_async<T>(acc, a, sam, bg, sbk, sbn, b_kmajor, base, base + GM_OPERAND_BYTES, m0, m1, n0, N, K);
             } else {
                 gm_loop_plain<T>(acc, a, sam, sak, bg, sbk, sbn, as, bs, m0, m1, n0, N, K);

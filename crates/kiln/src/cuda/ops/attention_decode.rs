@@ -1,11 +1,11 @@
 //! Decode attention (`kernels/attention_decode.cu`): `scaled_dot_product_attention` for 1–8
-//! queries per head over keys and values read where they lie in a KV cache, split over
-//! the keys (flash-decoding) with the splits of one group merged inside a thread-block
-//! cluster. [`declines`] is the one place that says which shapes it takes;
-//! `ops/attention.rs` sends those here and the rest to the composed path.
+//! queries per head over keys and values read where they lie in a KV cache, on tensor
+//! cores (mma.sync), split over the keys (flash-decoding) with the splits of one group
+//! merged by a second kernel through a scratch buffer. [`declines`] is the one place that
+//! says which shapes it takes; `ops/attention.rs` sends those here and the rest to the
+//! composed path.
 //!
-//! On by default (it passed `gpu_attention`, memcheck and racecheck on an H100,
-//! 2026-12-05); [`settings::DECODE_ATTENTION`] (`KILN_DECODE_ATTENTION=0`) sends every
+//! On by default; [`settings::DECODE_ATTENTION`] (`KILN_DECODE_ATTENTION=0`) sends every
 //! call to the composed path instead, for comparison. It is also what makes a decode step
 //! capturable: the composed path's key mask is made on the host.
 
@@ -17,20 +17,34 @@ use crate::layout::Layout;
 #[cfg(doc)]
 use crate::settings;
 use crate::DType;
+use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
 use cudarc::driver::DeviceRepr;
 
 /// Head dims with a compiled kernel.
 pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
 /// The most queries per head.
 pub const MAX_QUERIES: usize = 8;
-/// Query rows (query heads of a KV head × queries) one block serves: compiled tiles.
-const TILES: [usize; 2] = [4, 8];
-/// `AD_THREADS` of the kernel.
-const THREADS: u32 = 256;
-/// Keys a split should have at least (a few steps of every warp).
-const MIN_KEYS_PER_SPLIT: usize = 256;
-/// `CLUSTER_MAX` of common.cuh.
-const MAX_SPLITS: usize = 16;
+/// Query rows (query heads of a KV head × queries) one block serves: `AD_ROWS`.
+const ROWS: usize = 16;
+/// `AD_KEYS`: keys a warp takes at a time.
+const KEYS: usize = 16;
+/// `AD_WARPS`, `AD_THREADS`, `AD_STAGES` of the kernel.
+const WARPS: usize = 4;
+const THREADS: u32 = 32 * WARPS as u32;
+const STAGES: usize = 2;
+/// `AD_MAX_SPLITS`.
+const MAX_SPLITS: usize = 64;
+/// Blocks to aim for per SM (the kernel's shared memory lets 2–3 stay resident).
+const BLOCKS_PER_SM: usize = 2;
+
+/// Dynamic shared memory of the kernel for head dim `d` (`AdSmem` of attention_decode.cu):
+/// the query tile, then the larger of the warps' key / value stages and their states.
+fn smem_bytes(d: usize) -> usize {
+    let pitch = d + 8;
+    let stages = WARPS * STAGES * 2 * KEYS * pitch * 2;
+    let merge = WARPS * ROWS * (d + 2) * 4;
+    ROWS * pitch * 2 + stages.max(merge)
+}
 
 /// Mirrors `struct AdArgs` of the kernel (passed by value).
 #[repr(C)]
@@ -45,10 +59,11 @@ struct AdArgs {
     s: i32,
     tiles: i32,
     causal: i32,
+    splits: i32,
     scale_log2: f32,
 }
 
-// SAFETY: `#[repr(C)]` plain-old-data: nine i64, then six i32 and an f32 (size 104, align
+// SAFETY: `#[repr(C)]` plain-old-data: nine i64, then seven i32 and an f32 (size 104, align
 // 8), as `struct AdArgs` of attention_decode.cu lays them out under the CUDA ABI.
 unsafe impl DeviceRepr for AdArgs {}
 const _: () = assert!(std::mem::size_of::<AdArgs>() == 104);
@@ -118,18 +133,13 @@ pub fn declines(q: &Layout, k: &Layout, v: &Layout, dt: DType) -> std::result::R
     Ok(Shape { batch, hq, hkv, l, s, e })
 }
 
-/// Query rows per block and blocks per group (splits over the keys) for `sh` on a device
-/// of `sms` SMs that has clusters or not.
-fn plan(sh: &Shape, sms: usize, clusters: bool) -> (usize, usize, usize) {
-    let rows = sh.hq / sh.hkv * sh.l;
-    let tile = TILES.into_iter().find(|&t| t >= rows).unwrap_or(MAX_QUERIES);
-    let groups = sh.batch * sh.hkv * rows.div_ceil(tile);
-    let splits = if clusters {
-        (2 * sms).div_ceil(groups).min(sh.s.div_ceil(MIN_KEYS_PER_SPLIT)).clamp(1, MAX_SPLITS)
-    } else {
-        1
-    };
-    (tile, groups, splits)
+/// Row tiles per group, groups, and blocks per group (splits over the keys) for `sh` on a
+/// device of `sms` SMs: enough blocks to fill it, each split at least a tile per warp.
+fn plan(sh: &Shape, sms: usize) -> (usize, usize, usize) {
+    let tiles = (sh.hq / sh.hkv * sh.l).div_ceil(ROWS);
+    let groups = sh.batch * sh.hkv * tiles;
+    let splits = (BLOCKS_PER_SM * sms).div_ceil(groups).min(sh.s.div_ceil(KEYS * WARPS)).clamp(1, MAX_SPLITS);
+    (tiles, groups, splits)
 }
 
 /// `softmax(q·kᵀ·scale)·v` → `[B, Hq, L, E]` contiguous, where [`declines`] gave `sh`.
@@ -149,42 +159,55 @@ pub fn sdpa(
     let dev = dev_of(q)?;
     let size = dt.size();
     let out = dev.alloc(sh.batch * sh.hq * sh.l * sh.e * size)?;
-    let clusters = dev.props().cc_major >= 9;
-    let (tile, groups, splits) = plan(&sh, dev.props().sm_count.max(1) as usize, clusters);
-    let name = format!("attention_decode_{}_d{}_r{tile}", suffix("scaled_dot_product_attention", dt)?, sh.e);
-    let f = dev.function(&ATTENTION_DECODE, &name)?;
+    let (tiles, groups, splits) = plan(&sh, dev.props().sm_count.max(1) as usize);
+    let ty = suffix("scaled_dot_product_attention", dt)?;
+    let f = dev.function(&ATTENTION_DECODE, &format!("attention_decode_{ty}_d{}", sh.e))?;
+    let smem = smem_bytes(sh.e);
+    f.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
     let st = |l: &Layout| strides(l).map(|s| s as i64);
-    let g = sh.hq / sh.hkv;
     let args = AdArgs {
         q: st(ql),
         k: st(kl),
         v: st(vl),
         hkv: sh.hkv as i32,
-        g: g as i32,
+        g: (sh.hq / sh.hkv) as i32,
         l: sh.l as i32,
         s: sh.s as i32,
-        tiles: (g * sh.l).div_ceil(tile) as i32,
+        tiles: tiles as i32,
         causal: causal as i32,
+        splits: splits as i32,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+    };
+    // Each split's (max, sum) and unnormalised sums per row, for the merge.
+    let scratch = if splits > 1 {
+        let slots = groups * splits * ROWS;
+        Some((dev.alloc(slots * sh.e * 4)?, dev.alloc(slots * 2 * 4)?))
+    } else {
+        None
     };
     let at = |b: &DeviceBuffer, l: &Layout| b.ptr() + (l.offset * size) as u64;
     let (qp, kp, vp, lp, op) = (at(q, ql), at(k, kl), at(v, vl), len.unwrap_or(0), out.ptr());
+    let (pp, mp) = scratch.as_ref().map_or((0, 0), |(p, m)| (p.ptr(), m.ptr()));
     let cfg = LaunchConfig {
         grid_dim: ((groups * splits) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: smem as u32,
     };
-    let how = Launch {
-        cluster: (splits > 1).then_some(splits as u32),
-        after_previous: dependent_launch(&dev)?,
-        ..Launch::default()
-    };
+    let how = Launch { after_previous: dependent_launch(&dev)?, ..Launch::default() };
     // SAFETY: q, k and v hold the `sh` views at their layouts' offsets and strides (rows of
     // E contiguous elements; k and v 16-byte aligned, as `declines` checked); `lp` is 0 or
-    // the address of one i32 on this device; `out` holds B·Hq·L·E elements. Clusters (of
-    // at most 16 blocks, the grid a multiple) only on sm_90+, where the kernel merges them;
-    // it waits for the previous kernel before its first global access.
-    unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![qp, kp, vp, lp, op, args])? };
+    // the address of one i32 on this device; `out` holds B·Hq·L·E elements; with splits,
+    // `pp` and `mp` hold groups·splits·16 rows of E and of 2 floats. The kernel waits for
+    // the previous kernel before its first global access.
+    unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![qp, kp, vp, lp, op, pp, mp, args])? };
+    if splits > 1 {
+        let f = dev.function(&ATTENTION_DECODE, &format!("attention_decode_merge_{ty}_d{}", sh.e))?;
+        let cfg =
+            LaunchConfig { grid_dim: (groups as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: as above; the merge reads the scratch the first kernel wrote (it waits
+        // for it) and writes `out`.
+        unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![pp, mp, op, args])? };
+    }
     Ok(out)
 }
 
@@ -225,13 +248,20 @@ mod tests {
     #[test]
     fn the_plan_fills_the_gpu_and_covers_every_row() {
         let sh = |hq, hkv, l, s| Shape { batch: 1, hq, hkv, l, s, e: 128 };
-        // Llama-3.1-8B at 4K: 8 groups of 4 rows, 16 splits.
-        assert_eq!(plan(&sh(32, 8, 1, 4096), 132, true), (4, 8, 16));
-        // Short caches split less; no clusters, no splits.
-        assert_eq!(plan(&sh(32, 8, 1, 300), 132, true), (4, 8, 2));
-        assert_eq!(plan(&sh(32, 8, 1, 4096), 132, false), (4, 8, 1));
-        // MQA with 8 queries: 64 rows in 8 tiles of 8.
-        assert_eq!(plan(&sh(8, 1, 8, 32768), 132, true), (8, 8, 16));
-        assert_eq!(plan(&sh(2, 2, 1, 1), 132, true), (4, 2, 1));
+        // Llama-3.1-8B at 4K: 8 groups of one 16-row tile, 33 splits for 264 blocks.
+        assert_eq!(plan(&sh(32, 8, 1, 4096), 132), (1, 8, 33));
+        // Qwen3.6: 2 groups, capped at 64 splits; a short cache splits less.
+        assert_eq!(plan(&sh(16, 2, 1, 4096), 132), (1, 2, 64));
+        assert_eq!(plan(&sh(32, 8, 1, 300), 132), (1, 8, 5));
+        // MQA with 8 queries: 64 rows in 4 tiles.
+        assert_eq!(plan(&sh(8, 1, 8, 32768), 132), (4, 4, 64));
+        assert_eq!(plan(&sh(2, 2, 1, 1), 132), (1, 2, 1));
+    }
+
+    #[test]
+    fn shared_memory_fits_a_block() {
+        // 227 KB of shared memory per block on sm_90, 163 KB on sm_80.
+        assert!(crate::cuda::ops::attention_decode::HEAD_DIMS.iter().all(|&d| smem_bytes(d) <= 163 * 1024));
+        assert_eq!(smem_bytes(128), 16 * 136 * 2 + 4 * 2 * 2 * 16 * 136 * 2);
     }
 }
