@@ -106,6 +106,7 @@ __device__ void store(void* p, int dt, i64 o, Val v) {
 }
 
 extern "C" __global__ void cast_strided(const void* src, int sdt, Strided s, void* dst, int ddt, i64 n) {
+    kiln_after_previous_kernel();
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
         store(dst, ddt, i, load(src, sdt, strided_offset(s, i)));
 }
@@ -113,6 +114,7 @@ extern "C" __global__ void cast_strided(const void* src, int sdt, Strided s, voi
 // Same-dtype copy between two strided views, by element size.
 #define KILN_COPY(S, T) \
     extern "C" __global__ void copy_##S(const T* src, Strided s, T* dst, Strided d, i64 n) { \
+        kiln_after_previous_kernel(); \
         for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) \
             dst[strided_offset(d, i)] = src[strided_offset(s, i)]; \
     } \

@@ -132,6 +132,7 @@ __device__ __forceinline__ u64 un_op(int op, u64 x) { return iun(op, x); }
 // Generic strided binary op. `out` is T (arithmetic) or kbool (comparisons).
 template <typename T, typename O>
 __device__ void binary_strided(int op, const T* a, Strided sa, const T* b, Strided sb, O* out, i64 n) {
+    kiln_after_previous_kernel();
     typedef typename Acc<T>::type A;
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
         A r = bin_op(op, up<A>(a[strided_offset(sa, i)]), up<A>(b[strided_offset(sb, i)]));
@@ -142,6 +143,7 @@ __device__ void binary_strided(int op, const T* a, Strided sa, const T* b, Strid
 // Contiguous, same-shape fast path: 16-byte loads when pointers and n allow.
 template <typename T>
 __device__ void binary_contig(int op, const T* a, const T* b, T* out, i64 n) {
+    kiln_after_previous_kernel();
     typedef typename Acc<T>::type A;
     const int V = 16 / sizeof(T);
     i64 tid = blockIdx.x * (i64)blockDim.x + threadIdx.x, stride = (i64)gridDim.x * blockDim.x;

@@ -12,6 +12,7 @@ __device__ __forceinline__ bool wrap(i64& i, i64 size) {
 // read at the same coordinates except along dim, where `sel` gives the index.
 template <typename T>
 __device__ void gather_walk(const T* x, Strided sx, int dim, const i64* idx, int per_elem, Strided out, T* y, i64 n) {
+    kiln_after_previous_kernel();
     for (i64 p = blockIdx.x * (i64)blockDim.x + threadIdx.x; p < n; p += (i64)gridDim.x * blockDim.x) {
         i64 rem = p, off = sx.offset;
         bool ok = true;
@@ -45,6 +46,7 @@ __device__ void take_flat(const T* x, Strided sx, const i64* idx, T* y, i64 n, i
 // indices leave one of their writes, unspecified which (as PyTorch's CUDA index_copy_).
 template <typename T>
 __device__ void scatter_walk(T* x, Strided sx, int dim, const i64* idx, const T* src, Strided ss, i64 n) {
+    kiln_after_previous_kernel();
     for (i64 p = blockIdx.x * (i64)blockDim.x + threadIdx.x; p < n; p += (i64)gridDim.x * blockDim.x) {
         i64 rem = p, off = sx.offset, from = ss.offset;
         bool ok = true;
@@ -66,6 +68,7 @@ __device__ void scatter_walk(T* x, Strided sx, int dim, const i64* idx, const T*
 // the CPU (last write wins); put_ is not on any hot path.
 template <typename T>
 __device__ void put_overwrite(T* x, Strided sx, const i64* idx, const T* src, Strided ss, i64 n, i64 numel) {
+    kiln_after_previous_kernel();
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     for (i64 p = 0; p < n; ++p) {
         i64 i = idx[p];
@@ -84,6 +87,7 @@ KILN_INDEX(b1, unsigned char) KILN_INDEX(b2, unsigned short) KILN_INDEX(b4, unsi
 // Accumulating put_: atomics, so repeated indices add up (in any order).
 #define KILN_PUT_ADD(S, T) \
     extern "C" __global__ void put_add_##S(T* x, Strided sx, const i64* idx, const T* src, Strided ss, i64 n, i64 numel) { \
+        kiln_after_previous_kernel(); \
         for (i64 p = blockIdx.x * (i64)blockDim.x + threadIdx.x; p < n; p += (i64)gridDim.x * blockDim.x) { \
             i64 i = idx[p]; \
             if (wrap(i, numel)) atomicAdd(&x[strided_offset(sx, i)], src[strided_offset(ss, p)]); \

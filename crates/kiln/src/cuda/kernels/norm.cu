@@ -6,6 +6,7 @@
 template <typename T>
 __device__ void rms_norm_rows(const T* x, const T* res, T* sum, const T* w, T* y, i64 outer, i64 r, double eps) {
     typedef typename Acc<T>::type A;
+    kiln_after_previous_kernel();
     for (i64 row = blockIdx.x; row < outer; row += gridDim.x) {
         const T* xr = res ? sum + row * r : x + row * r;
         A ss = 0;

@@ -17,6 +17,7 @@ __device__ void reduce_rows(int op, const T* x, T* out_t, i64* out_i, i64 outer,
     __shared__ A sv[1024];
     __shared__ i64 si[1024];
     bool is_arg = op == 5 || op == 6, want_max = op == 3 || op == 5;
+    kiln_after_previous_kernel();
     for (i64 row = blockIdx.x; row < outer; row += gridDim.x) {
         const T* xr = x + row * r;
         A acc = (op == 1) ? (A)1 : (A)0;

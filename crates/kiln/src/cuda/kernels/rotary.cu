@@ -14,6 +14,7 @@ template <typename T>
 __device__ __forceinline__ void rotary(const T* x, Strided sx, const T* cos, const T* sin, i64 positions, int R,
                                        const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 n) {
     typedef typename Acc<T>::type A;
+    kiln_after_previous_kernel();
     const i64 start = start_ptr ? start_ptr[0] : start_at;
     const int half = R / 2;
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {

@@ -246,12 +246,12 @@ KILN_TOPK(f16, kh) KILN_TOPK(bf16, kbf) KILN_TOPK(f32, float)
 
 #define KILN_ROUTER(S, T) \
     extern "C" __global__ void router_topk_##S(const T* x, const float* bias, float* w, i64* i, i64 outer, i64 r, int k, \
-        int sigmoid, float norm_eps) { router_topk<T>(x, bias, w, i, outer, r, k, sigmoid, norm_eps); }
+        int sigmoid, float norm_eps) { kiln_after_previous_kernel(); router_topk<T>(x, bias, w, i, outer, r, k, sigmoid, norm_eps); }
 KILN_ROUTER(f16, kh) KILN_ROUTER(bf16, kbf) KILN_ROUTER(f32, float) KILN_ROUTER(f64, double)
 
 // router_topk_warp<RV>_<dtype>; cuda/ops/topk.rs: ROUTER_WARP_RV.
 #define KILN_ROUTER_WARP(S, T, RV) \
     extern "C" __global__ void router_topk_warp##RV##_##S(const T* x, const float* bias, float* w, i64* i, i64 outer, \
-        i64 r, int k, int sigmoid, float norm_eps) { router_topk_warp<T, RV>(x, bias, w, i, outer, r, k, sigmoid, norm_eps); }
+        i64 r, int k, int sigmoid, float norm_eps) { kiln_after_previous_kernel(); router_topk_warp<T, RV>(x, bias, w, i, outer, r, k, sigmoid, norm_eps); }
 #define KILN_ROUTER_WARPS(S, T) KILN_ROUTER_WARP(S, T, 2) KILN_ROUTER_WARP(S, T, 4) KILN_ROUTER_WARP(S, T, 8)
 KILN_ROUTER_WARPS(f16, kh) KILN_ROUTER_WARPS(bf16, kbf) KILN_ROUTER_WARPS(f32, float) KILN_ROUTER_WARPS(f64, double)

@@ -21,14 +21,13 @@ pub fn cast(src: &DeviceBuffer, l: &Layout, from: DType, to: DType) -> Result<De
         unsafe { dev.dtod(src.ptr() + (l.offset * from.size()) as u64, out.ptr(), n * to.size())? };
         return Ok(out);
     }
-    let stream = dev.stream();
     if from == to {
         let f = dev.function(&COPY, &format!("copy_{}", size_suffix(from)))?;
         let (s, d) = (Strided::of(l)?, Strided::of(&Layout::contiguous(&l.shape))?);
         let (sp, dp, n64) = (src.ptr(), out.ptr(), n as i64);
         // SAFETY: copy_bN reads n elements of `src` through `s` (in bounds: a valid view)
         // and writes n contiguous elements of `out`.
-        unsafe { launch!(stream, f, grid(&dev, n); sp, s, dp, d, n64)? };
+        unsafe { launch_after!(dev, f, grid(&dev, n); sp, s, dp, d, n64)? };
         return Ok(out);
     }
     let f = dev.function(&COPY, "cast_strided")?;
@@ -36,7 +35,7 @@ pub fn cast(src: &DeviceBuffer, l: &Layout, from: DType, to: DType) -> Result<De
     let (sp, dp, n64) = (src.ptr(), out.ptr(), n as i64);
     // SAFETY: cast_strided reads n elements of dtype `from` through `s` and writes n
     // elements of dtype `to` to `out`, which holds exactly that many bytes.
-    unsafe { launch!(stream, f, grid(&dev, n); sp, sdt, s, dp, ddt, n64)? };
+    unsafe { launch_after!(dev, f, grid(&dev, n); sp, sdt, s, dp, ddt, n64)? };
     Ok(out)
 }
 

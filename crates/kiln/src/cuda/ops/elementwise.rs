@@ -25,19 +25,18 @@ pub fn binary(
     let sfx = suffix(op.name(), dt)?;
     let code = op as i32;
     let (ap, bp, op_, n64) = (a.ptr(), b.ptr(), o.ptr(), n as i64);
-    let stream = dev.stream();
     if out == dt && la.is_contiguous() && lb.is_contiguous() {
         let f = dev.function(&ELEMENTWISE, &format!("binary_contig_{sfx}"))?;
         let (ap, bp) = (ap + (la.offset * dt.size()) as u64, bp + (lb.offset * dt.size()) as u64);
         // SAFETY: both inputs are contiguous runs of n elements of `dt`; `o` holds n.
-        unsafe { launch!(stream, f, grid(&dev, n); code, ap, bp, op_, n64)? };
+        unsafe { launch_after!(dev, f, grid(&dev, n); code, ap, bp, op_, n64)? };
         return Ok(o);
     }
     let name = if op.is_comparison() { format!("compare_{sfx}") } else { format!("binary_{sfx}") };
     let f = dev.function(&ELEMENTWISE, &name)?;
     let (sa, sb) = (Strided::of(la)?, Strided::of(lb)?);
     // SAFETY: inputs are in-bounds views of n elements; `o` holds n elements of `out`.
-    unsafe { launch!(stream, f, grid(&dev, n); code, ap, sa, bp, sb, op_, n64)? };
+    unsafe { launch_after!(dev, f, grid(&dev, n); code, ap, sa, bp, sb, op_, n64)? };
     Ok(o)
 }
 

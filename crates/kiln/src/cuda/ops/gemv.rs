@@ -8,7 +8,7 @@
 //! `KILN_GEMV_SWEEP=1` times every [`candidates`] variant per shape. Edit [`TABLE`] from that.
 
 use super::{copy, dev_of, suffix, GEMV};
-use crate::cuda::{DeviceBuffer, LaunchConfig, PushKernelArg};
+use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::{settings, DType};
@@ -261,7 +261,7 @@ pub fn linear(
     // copy's release); w holds N·K contiguous elements from `wp`; bias, when `bp` != 0,
     // holds N elements `bs` apart; `out` holds rows·N. `vec` divides the byte addresses of
     // every row start, and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
-    unsafe { launch!(dev.stream(), f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
+    unsafe { launch_after!(dev, f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
     drop(x_copy);
     Ok(out)
 }
@@ -325,7 +325,7 @@ pub fn expert_linear(
     // contiguous int64; w holds E·N·K contiguous elements from `wp` and the kernel reads
     // expert e only for e in [0, E) after one wrap; `out` holds slots·N. Alignment and
     // warps as in `linear`.
-    unsafe { launch!(dev.stream(), f, cfg; xp, xs, pr, wp, ip, e32, op, n32, k32, g)? };
+    unsafe { launch_after!(dev, f, cfg; xp, xs, pr, wp, ip, e32, op, n32, k32, g)? };
     drop((x_copy, idx_copy));
     Ok(out)
 }

@@ -49,7 +49,7 @@ fn gather_like(
     let (xp, op_, d, n64) = (x.ptr(), o.ptr(), dim as i32, n as i64);
     // SAFETY: reads `x` only at in-range coordinates (out-of-range indices give 0),
     // reads n (gather) or out_shape[dim] (index_select) indices, writes n elements.
-    unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, d, ip, so, op_, n64)? };
+    unsafe { launch_after!(dev, f, grid(&dev, n); xp, sx, d, ip, so, op_, n64)? };
     Ok(o)
 }
 
@@ -133,14 +133,14 @@ pub fn scatter(
             // SAFETY: writes `x` only at in-range coordinates of its view (out-of-range
             // indices are skipped); reads src.shape[dim] indices and n source elements at
             // their view's offsets.
-            unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, d, ip, sp, ss, n64)? };
+            unsafe { launch_after!(dev, f, grid(&dev, n); xp, sx, d, ip, sp, ss, n64)? };
         }
         Scatter::Flat { accumulate } => {
             let f = dev.function(&INDEX, &put_kernel(dt, accumulate, dev.ordinal())?)?;
             let (sx, ss, numel) = (Strided::of(lx)?, Strided::of(ls)?, lx.numel() as i64);
             // SAFETY: writes `x` only at in-range flat positions of its view; reads n
             // indices and n source elements.
-            unsafe { launch!(dev.stream(), f, grid(&dev, n); xp, sx, ip, sp, ss, n64, numel)? };
+            unsafe { launch_after!(dev, f, grid(&dev, n); xp, sx, ip, sp, ss, n64, numel)? };
         }
     }
     Ok(())

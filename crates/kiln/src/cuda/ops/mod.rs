@@ -11,6 +11,19 @@ macro_rules! launch {
     };
 }
 
+/// [`launch!`] for kernels that call `kiln_after_previous_kernel()` (common.cuh) before
+/// their first global access, taking the device (`&CudaDevice`) instead of a stream: on
+/// sm_90+ they may start while the kernel before them finishes (programmatic dependent
+/// launch, [`crate::cuda::Launch::after_previous`]), so a decode step's chain of small
+/// kernels overlaps each one's launch with the previous one's tail.
+macro_rules! launch_after {
+    ($dev:expr, $f:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
+        let dev: &$crate::cuda::CudaDevice = &$dev;
+        let how = $crate::cuda::Launch { after_previous: $crate::cuda::dependent_launch(dev)?, ..Default::default() };
+        $crate::cuda::launch(&dev.stream(), &$f, $cfg, how, &mut [$(&$arg as *const _ as *mut std::ffi::c_void),*])
+    }};
+}
+
 /// The `map_err` of a launch: the driver's error as [`crate::Error::KernelLaunch`] at the
 /// module and line where it is written.
 macro_rules! launch_error {

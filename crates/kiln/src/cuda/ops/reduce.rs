@@ -216,7 +216,7 @@ pub fn reduce(
     let (code, xp, outer64, r64) = (reduce_code(op), x.ptr(), outer as i64, r as i64);
     // SAFETY: `x` holds outer·r contiguous elements of `dt`; the kernel writes `outer`
     // values through exactly one of `ot` / `oi`, both pointing at `o`.
-    unsafe { launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); code, xp, ot, oi, outer64, r64)? };
+    unsafe { launch_after!(dev, f, rows_grid(outer, row_threads(r)); code, xp, ot, oi, outer64, r64)? };
     Ok(o)
 }
 
@@ -422,7 +422,7 @@ fn rms_norm_launch(
     // SAFETY: reads outer·r elements of x (and of res when `rp` is non-null, then writing as
     // many to `sp`) and r weights when `wp` is non-null; writes outer·r to `o`.
     unsafe {
-        launch!(dev.stream(), f, rows_grid(outer, row_threads(r)); xp, rp, sp, wp, op_, outer64, r64, eps)?
+        launch_after!(dev, f, rows_grid(outer, row_threads(r)); xp, rp, sp, wp, op_, outer64, r64, eps)?
     };
     Ok((o, sum))
 }

@@ -1,7 +1,7 @@
 //! Launcher of `kernels/rotary.cu`: rotary position embedding in one launch.
 
 use super::{dev_of, grid, suffix, Strided, ROTARY};
-use crate::cuda::{DeviceBuffer, PushKernelArg};
+use crate::cuda::DeviceBuffer;
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::DType;
@@ -45,7 +45,7 @@ pub fn rotary(
     // entries at rows < positions (checked in the kernel) and columns < r, and at most one
     // int64 at start_ptr; writes n elements of `o`.
     unsafe {
-        launch!(dev.stream(), f, grid(&dev, n); xp, sx, cp, sp, p64, r32, start_ptr, start_at, op_, t, d, n64)?
+        launch_after!(dev, f, grid(&dev, n); xp, sx, cp, sp, p64, r32, start_ptr, start_at, op_, t, d, n64)?
     };
     Ok(o)
 }

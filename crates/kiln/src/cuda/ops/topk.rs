@@ -116,6 +116,6 @@ pub fn router_topk(
     // f32 weights and int64 indices. Block kernel: r <= ROUTER_MAX and k <= TOPK_MAX_K fit
     // its shared arrays; warp kernel: r <= 32·rv values per lane, k <= 32 lanes, and the
     // grid's 4 warps per block cover the outer rows.
-    unsafe { launch!(dev.stream(), f, launch_cfg; xp, bp, wp, ip, outer64, r64, k32, sg, eps)? };
+    unsafe { launch_after!(dev, f, launch_cfg; xp, bp, wp, ip, outer64, r64, k32, sg, eps)? };
     Ok((w, i))
 }
