@@ -239,36 +239,58 @@ __device__ void attention_decode(const T* q, const T* k, const T* v, const int* 
     }
 }
 
-// The splits of a group → its output: weights exp2(max − top) / Σ sum · exp2(max − top) per
-// row (a warp per row), then each output element the weighted sum of the splits' sums.
+struct __align__(16) AdF4 { float v[4]; };
+
+// The splits of a group → its output, a block per (group, row): warp 0 weighs the splits,
+// exp2(max − top) / Σ sum · exp2(max − top); then each thread sums a 4-float slice of the
+// row over every SL-th split (loads of many splits in flight), the SL partial slices meet
+// in shared memory. Splits that saw no key weigh 0 and are not read.
 template <typename T, int D> __device__ void attention_decode_merge(const float* part, const float* ml, T* out, AdArgs a) {
-    __shared__ float wt[AD_MAX_SPLITS][AD_ROWS];
+    constexpr int CH = D / 4, SL = AD_THREADS / CH;
+    __shared__ float wt[AD_MAX_SPLITS];
+    __shared__ AdF4 slice[SL][CH];
     kiln_after_previous_kernel();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = blockIdx.x;
+    const int group = blockIdx.x / AD_ROWS, r = blockIdx.x % AD_ROWS;
     const AdGroup x = ad_group(group, a);
-    const i64 first = (i64)group * a.splits * AD_ROWS;  // (group, split 0, row 0)
-    for (int r = warp; r < x.here; r += AD_WARPS) {
+    if (r >= x.here) return;
+    const i64 first = (i64)group * a.splits * AD_ROWS + r;  // (group, split 0, row r)
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
         float top = -kiln_inf();
-        for (int s = lane; s < a.splits; s += 32) top = fmaxf(top, ml[2 * (first + s * AD_ROWS + r)]);
+        for (int s = lane; s < a.splits; s += 32) top = fmaxf(top, ml[2 * (first + s * AD_ROWS)]);
         top = warp_max(top);
         float den = 0.f;
         for (int s = lane; s < a.splits; s += 32) {
-            const i64 at = first + s * AD_ROWS + r;
+            const i64 at = first + s * AD_ROWS;
             den += ml[2 * at + 1] * ad_weight(ml[2 * at], top);
         }
         den = warp_sum(den);
         const float inv = den > 0.f ? 1.f / den : 0.f;
-        for (int s = lane; s < a.splits; s += 32) wt[s][r] = ad_weight(ml[2 * (first + s * AD_ROWS + r)], top) * inv;
+        for (int s = lane; s < a.splits; s += 32) wt[s] = ad_weight(ml[2 * (first + s * AD_ROWS)], top) * inv;
     }
     __syncthreads();
-    T* ob = ad_out<T, D>(out, x, a);
-    for (int e = threadIdx.x; e < x.here * D; e += AD_THREADS) {
-        const int r = e / D, d = e % D;
-        const float* p = part + (first + r) * D + d;
-        float acc = 0.f;
-#pragma unroll 8
-        for (int s = 0; s < a.splits; ++s) acc += p[(i64)s * AD_ROWS * D] * wt[s][r];
-        ob[(i64)r * D + d] = down<T>(acc);
+    const int c = threadIdx.x % CH, sl = threadIdx.x / CH;
+    if (sl < SL) {
+        AdF4 acc = {{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 4
+        for (int s = sl; s < a.splits; s += SL) {
+            const float w = wt[s];
+            if (w == 0.f) continue;
+            const AdF4 p = ((const AdF4*)(part + (first + (i64)s * AD_ROWS) * D))[c];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc.v[e] += p.v[e] * w;
+        }
+        slice[sl][c] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < CH) {
+        AdF4 sum = slice[0][c];
+        for (int j = 1; j < SL; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sum.v[e] += slice[j][c].v[e];
+        T* o = ad_out<T, D>(out, x, a) + (i64)r * D + 4 * c;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = down<T>(sum.v[e]);
     }
 }
 

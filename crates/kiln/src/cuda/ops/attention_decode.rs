@@ -202,10 +202,11 @@ pub fn sdpa(
     unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![qp, kp, vp, lp, op, pp, mp, args])? };
     if splits > 1 {
         let f = dev.function(&ATTENTION_DECODE, &format!("attention_decode_merge_{ty}_d{}", sh.e))?;
-        let cfg =
-            LaunchConfig { grid_dim: (groups as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        // A block per (group, row); rows past a group's exit.
+        let blocks = (groups * ROWS) as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: as above; the merge reads the scratch the first kernel wrote (it waits
-        // for it) and writes `out`.
+        // for it) and writes `out`; the scratch rows are 16-byte aligned (E a multiple of 4).
         unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![pp, mp, op, args])? };
     }
     Ok(out)
