@@ -11,7 +11,7 @@ use crate::fp8_weight::Fp8Weight;
 use crate::kv_cache::KvCache;
 use crate::loader::WeightSource;
 use kiln::fp8::Granularity;
-use kiln::{DType, Device, Result, RotaryStart, Sdpa, Tensor};
+use kiln::{DType, Device, HeadNorm, Result, RotaryStart, Sdpa, Tensor};
 
 /// The `[out, in]` weight of a linear layer, as stored (`x @ weight.T`).
 #[derive(Clone, Debug)]
@@ -334,16 +334,14 @@ impl Rope {
         self.cos.shape()[0]
     }
 
-    /// Rotates `x` `[B, heads, T, D]` whose tokens sit at positions `pos..pos+T`.
-    pub fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
-        x.rotary_embedding(&self.cos, &self.sin, RotaryStart::At(pos))
-    }
-
-    /// Rotates `x` `[B, heads, T, D]` whose first token's position is read on the device
-    /// from `position` (int64 `[1]`): a captured step turns its token by wherever it is
-    /// replayed.
-    pub fn apply_at(&self, x: &Tensor, position: &Tensor) -> Result<Tensor> {
-        x.rotary_embedding(&self.cos, &self.sin, RotaryStart::Device(position))
+    /// Rotates `x` `[B, heads, T, D]` whose first token sits at `start`: a position, or one
+    /// read on the device from an int64 `[1]` (a captured step turns its token by wherever
+    /// it is replayed). With `norm`, each head is RMS-normed first, in the same launch.
+    pub fn apply(&self, x: &Tensor, start: RotaryStart, norm: Option<HeadNorm>) -> Result<Tensor> {
+        match norm {
+            Some(n) => x.rms_norm_rotary(n, &self.cos, &self.sin, start),
+            None => x.rotary_embedding(&self.cos, &self.sin, start),
+        }
     }
 }
 
@@ -405,16 +403,24 @@ impl Attention {
         };
         let mut k = heads.narrow(2, q_heads, hkv)?;
         let v = heads.narrow(2, q_heads + hkv, hkv)?;
-        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            q = qn.forward(&q)?;
-            k = kn.forward(&k)?;
-        }
         let step = cache.device_step().cloned();
-        let turn = |x: &Tensor| match &step {
-            Some(s) => rope.apply_at(&x.transpose(1, 2)?, &s.position),
-            None => rope.apply(&x.transpose(1, 2)?, pos),
+        let start = step.as_ref().map_or(RotaryStart::At(pos), |s| RotaryStart::Device(&s.position));
+        let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
+        let fused = norms.is_none_or(|(qn, kn)| {
+            qn.eps == kn.eps && qn.weight.dtype() == x.dtype() && kn.weight.dtype() == x.dtype()
+        });
+        let (q, k) = if gate.is_none() && fused {
+            // q's heads, then k's: one launch normalises (Qwen3) and turns both.
+            let norm = norms.map(|(qn, kn)| HeadNorm { weights: [&qn.weight, &kn.weight], split: hq, eps: qn.eps });
+            let qk = rope.apply(&heads.narrow(2, 0, hq + hkv)?.transpose(1, 2)?, start, norm)?;
+            (qk.narrow(1, 0, hq)?, qk.narrow(1, hq, hkv)?)
+        } else {
+            if let Some((qn, kn)) = norms {
+                q = qn.forward(&q)?;
+                k = kn.forward(&k)?;
+            }
+            (rope.apply(&q.transpose(1, 2)?, start, None)?, rope.apply(&k.transpose(1, 2)?, start, None)?)
         };
-        let (q, k) = (turn(&q)?, turn(&k)?);
         let (keys, values) = cache.append(layer, &k, &v.transpose(1, 2)?)?;
         // Prefill: query i, at position pos + i, sees keys 0..=pos + i (bottom-right).
         let mask = if t > 1 { Some(Sdpa::causal_mask(t, pos + t, pos, x.device())?) } else { None };
@@ -464,7 +470,7 @@ mod tests {
         .unwrap();
         let rope = Rope::new(&cfg, 8, Device::Cpu, DType::F64).unwrap();
         let x = Tensor::randn(&[1, 2, 3, 16], 5, DType::F64, Device::Cpu).unwrap();
-        let got = rope.apply(&x, 4).unwrap().to_vec::<f64>().unwrap();
+        let got = rope.apply(&x, RotaryStart::At(4), None).unwrap().to_vec::<f64>().unwrap();
         let xs = x.to_vec::<f64>().unwrap();
         let f = inv_freq(&cfg);
         for (row, chunk) in xs.chunks(16).enumerate() {

@@ -22,6 +22,6 @@ pub use dtype::{DType, Elem};
 pub use error::{Error, Result};
 pub use ops::{
     BinaryOp, Conv, ExpertGroups, InterpolateMode, PadMode, RandKind, ReduceOp, Reduction, Resize,
-    RotaryStart, Router, Sdpa, UnaryOp,
+    HeadNorm, RotaryStart, Router, Sdpa, UnaryOp,
 };
 pub use tensor::Tensor;

@@ -360,3 +360,35 @@ fn rotary_embedding() {
     let float_start = t(&[0.0], &[1]);
     assert!(x.rotary_embedding(&cos, &cos, RotaryStart::Device(&float_start)).is_err());
 }
+
+/// rms_norm_rotary is the two ops: heads below the split normed by the first weight, the
+/// rest by the second, then turned; bad weights and splits are errors.
+#[test]
+fn rms_norm_rotary() {
+    use kiln::{HeadNorm, RotaryStart};
+    let (t_len, d, p) = (3, 8, 9);
+    let x = Tensor::randn(&[2, t_len, 4, d], 1, DType::F64, CPU).unwrap().transpose(1, 2).unwrap();
+    let cos = Tensor::randn(&[p, d], 2, DType::F64, CPU).unwrap();
+    let sin = Tensor::randn(&[p, d], 3, DType::F64, CPU).unwrap();
+    let (w0, w1) = (Tensor::randn(&[d], 4, DType::F64, CPU).unwrap(), Tensor::randn(&[d], 5, DType::F64, CPU).unwrap());
+    let norm = HeadNorm { weights: [&w0, &w1], split: 3, eps: 1e-6 };
+    let got = x.rms_norm_rotary(norm, &cos, &sin, RotaryStart::At(2)).unwrap();
+    for (heads, w) in [(0..3, &w0), (3..4, &w1)] {
+        let part = x.narrow(1, heads.start, heads.len()).unwrap();
+        let want = part
+            .rms_norm(&[d], Some(w), Some(1e-6))
+            .and_then(|n| n.rotary_embedding(&cos, &sin, RotaryStart::At(2)))
+            .unwrap();
+        let worst = got.narrow(1, heads.start, heads.len()).unwrap().sub(&want).unwrap().abs().unwrap();
+        let worst = worst.max(&[], false).unwrap().item().unwrap();
+        assert!(worst < 1e-12, "heads {heads:?}: max |Δ| {worst}");
+    }
+    let short = Tensor::randn(&[d - 1], 4, DType::F64, CPU).unwrap();
+    let bad = [
+        HeadNorm { split: 5, ..norm },
+        HeadNorm { weights: [&w0, &short], ..norm },
+    ];
+    for n in bad {
+        assert!(matches!(x.rms_norm_rotary(n, &cos, &sin, RotaryStart::At(0)), Err(Error::BadShape { .. })));
+    }
+}

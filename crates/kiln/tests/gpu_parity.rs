@@ -443,7 +443,7 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
 }
 
 fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
-    use kiln::RotaryStart;
+    use kiln::{HeadNorm, RotaryStart};
     // A [B, T, H, D + 3] projection narrowed (an offset) and seen as [B, H, T, D], with full
     // and partial tables, started at a host position and at one read on the device.
     for dt in [DType::F32, DType::BF16, DType::F16, DType::F64] {
@@ -462,6 +462,18 @@ fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
             let start = start.narrow(0, 1, 1).map_err(e)?;
             let got = x.rotary_embedding(&cos, &sin, RotaryStart::Device(&start)).map_err(e)?;
             same(&format!("{name} device start"), &got, &want, tol_of(dt))?;
+            // Each head RMS-normed first: heads 0..5 by one weight, 5..7 by another (views
+            // at an offset), against the CPU's rms_norm + cat + rotary.
+            let (w, wc) = cx.pair(&[2, d], dt, 1.0).map_err(e)?;
+            let halves = |w: &Tensor| -> std::result::Result<[Tensor; 2], String> {
+                let one = |i| w.narrow(0, i, 1).and_then(|w| w.reshape(&[d])).map_err(e);
+                Ok([one(0)?, one(1)?])
+            };
+            let ([w0, w1], [c0, c1]) = (halves(&w)?, halves(&wc)?);
+            let norm = |a, b| HeadNorm { weights: [a, b], split: 5, eps: 1e-6 };
+            let want = xc.rms_norm_rotary(norm(&c0, &c1), &cosc, &sinc, RotaryStart::At(30)).map_err(e)?;
+            let got = x.rms_norm_rotary(norm(&w0, &w1), &cos, &sin, RotaryStart::Device(&start)).map_err(e)?;
+            same(&format!("rms_norm_rotary {dt} d{d} r{r}"), &got, &want, tol_of(dt))?;
         }
     }
     // A device start past the tables turns the rotated dims to NaN instead of reading past.

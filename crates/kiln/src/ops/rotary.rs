@@ -1,8 +1,9 @@
 //! Rotary position embedding (`Tensor::rotary_embedding`): transformers'
-//! `apply_rotary_pos_emb` for one tensor, as one kernel on CUDA.
+//! `apply_rotary_pos_emb` for one tensor, as one kernel on CUDA; `Tensor::rms_norm_rotary`
+//! puts each head's RMS norm in front (Qwen3's q / k norms), one kernel for q and k.
 
 use crate::cpu;
-use crate::cuda::ops::RotaryStart as CudaStart;
+use crate::cuda::ops::{RotaryNorm as CudaNorm, RotaryStart as CudaStart};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use crate::{DType, Tensor};
@@ -18,6 +19,16 @@ pub enum RotaryStart<'a> {
     Device(&'a Tensor),
 }
 
+/// The RMS norms of [`Tensor::rms_norm_rotary`]: heads (dim -3) `0..split` normed with
+/// `weights[0]`, the rest with `weights[1]`, each `[D]` — a model's query and key heads of
+/// one projection, normed and turned in one launch.
+#[derive(Clone, Copy)]
+pub struct HeadNorm<'a> {
+    pub weights: [&'a Tensor; 2],
+    pub split: usize,
+    pub eps: f64,
+}
+
 impl Tensor {
     /// `x · cos + rotate_half(x) · sin` over the first `R` dims of each `[.., T, D]` row of
     /// `self`, the rest passed through (partial rotary), with `cos` / `sin` `[P, R]` tables
@@ -27,23 +38,73 @@ impl Tensor {
     /// rounding; contiguous output. A position past the tables is an error, except one read
     /// on CUDA from a [`RotaryStart::Device`] tensor, which turns that row to NaN.
     pub fn rotary_embedding(&self, cos: &Tensor, sin: &Tensor, start: RotaryStart) -> Result<Tensor> {
-        const OP: &str = "rotary_embedding";
+        self.rotary("rotary_embedding", None, cos, sin, start)
+    }
+
+    /// [`Tensor::rotary_embedding`] of `self` `[.., H, T, D]` after `rms_norm` of each `[D]`
+    /// row with its head's weight (see [`HeadNorm`]), the normed row rounded to the dtype as
+    /// `rms_norm`'s output is: the same result as the two ops, one kernel on CUDA.
+    pub fn rms_norm_rotary(&self, norm: HeadNorm, cos: &Tensor, sin: &Tensor, start: RotaryStart) -> Result<Tensor> {
+        const OP: &str = "rms_norm_rotary";
+        let heads = if self.rank() >= 3 { self.shape()[self.rank() - 3] } else { 0 };
+        let d = self.shape().last().copied().unwrap_or(0);
+        if heads == 0 || norm.split > heads {
+            return Err(Error::bad_shape(
+                OP,
+                format!("x {:?} must be [.., H, T, D] with H >= split {}", self.shape(), norm.split),
+            ));
+        }
+        for w in norm.weights {
+            self.check_same_device(w, OP)?;
+            if w.dtype != self.dtype {
+                return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: w.dtype });
+            }
+            if w.shape() != [d] {
+                return Err(Error::bad_shape(OP, format!("norm weight {:?} must be [{d}]", w.shape())));
+            }
+        }
+        if !self.device.is_cuda() {
+            // The reference: the two ops.
+            let rank = self.rank() as isize;
+            let part = |from: usize, len: usize, w: &Tensor| {
+                self.narrow(rank - 3, from, len)?.rms_norm(&[d], Some(w), Some(norm.eps))
+            };
+            let normed = Tensor::cat(
+                &[part(0, norm.split, norm.weights[0])?, part(norm.split, heads - norm.split, norm.weights[1])?],
+                rank - 3,
+            )?;
+            return normed.rotary("rms_norm_rotary", None, cos, sin, start);
+        }
+        let [w0, w1] = norm.weights.map(|w| w.dense());
+        let (w0, w1) = (w0?, w1?);
+        self.rotary(OP, Some(HeadNorm { weights: [&w0, &w1], ..norm }), cos, sin, start)
+    }
+
+    /// Both ops: checks, then the backend (`norm` only on CUDA, which fuses it).
+    fn rotary(
+        &self,
+        op: &'static str,
+        norm: Option<HeadNorm>,
+        cos: &Tensor,
+        sin: &Tensor,
+        start: RotaryStart,
+    ) -> Result<Tensor> {
         if !matches!(self.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
             return Err(Error::DTypeNotSupported {
-                op: OP,
+                op: op,
                 got: self.dtype,
                 expected: "f16, bf16, f32 or f64",
             });
         }
         for table in [cos, sin] {
-            self.check_same_device(table, OP)?;
+            self.check_same_device(table, op)?;
             if table.dtype != self.dtype {
-                return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: table.dtype });
+                return Err(Error::DTypeMismatch { op: op, lhs: self.dtype, rhs: table.dtype });
             }
         }
         if self.rank() < 2 || cos.rank() != 2 || cos.shape() != sin.shape() {
             return Err(Error::bad_shape(
-                OP,
+                op,
                 format!(
                     "x {:?} must be [.., T, D], cos {:?} and sin {:?} one [P, R]",
                     self.shape(),
@@ -56,18 +117,18 @@ impl Tensor {
         let (positions, r) = (cos.shape()[0], cos.shape()[1]);
         if r == 0 || r % 2 == 1 || r > d {
             return Err(Error::bad_shape(
-                OP,
+                op,
                 format!("table width {r} must be even, positive and at most D = {d}"),
             ));
         }
         let past = |p: usize| {
-            Error::bad_shape(OP, format!("tokens at positions {p}..{} past the tables' {positions}", p + t))
+            Error::bad_shape(op, format!("tokens at positions {p}..{} past the tables' {positions}", p + t))
         };
         if let RotaryStart::Device(s) = start {
-            self.check_same_device(s, OP)?;
+            self.check_same_device(s, op)?;
             if s.dtype != DType::I64 || s.numel() != 1 {
                 return Err(Error::bad_shape(
-                    OP,
+                    op,
                     format!("start must be one int64, got {:?} {:?}", s.dtype, s.shape()),
                 ));
             }
@@ -107,9 +168,20 @@ impl Tensor {
                 };
                 let xg = self.read();
                 let Storage::Cuda(xb) = &*xg else { unreachable!("devices checked above") };
+                let norm_guards = norm.map(|n| (n.weights.map(|w| w.read()), n));
+                let norm = match &norm_guards {
+                    Some(([g0, g1], n)) => {
+                        let (Storage::Cuda(w0), Storage::Cuda(w1)) = (&**g0, &**g1) else {
+                            unreachable!("devices checked above")
+                        };
+                        Some(CudaNorm { weights: [w0, w1], split: n.split, eps: n.eps })
+                    }
+                    None => None,
+                };
                 Storage::Cuda(crate::cuda::ops::rotary(
                     xb,
                     &self.layout,
+                    norm,
                     cb,
                     sb,
                     positions,

@@ -36,11 +36,59 @@ __device__ __forceinline__ void rotary(const T* x, Strided sx, const T* cos, con
     }
 }
 
+// The same after an RMS norm of each [D] row (Qwen3's q / k norms, both of one projection
+// in one launch): a warp per row; rows of heads (dim -3, H of them) below `split` take
+// weight w0, the rest w1. The normed row is rounded to T, as rms_norm's output is, before
+// it turns; each lane normalises the partners it needs itself (L1 serves the re-reads).
+template <typename T>
+__device__ __forceinline__ void norm_rotary(const T* x, Strided sx, const T* w0, const T* w1, i64 split, i64 H,
+                                            double eps, const T* cos, const T* sin, i64 positions, int R,
+                                            const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 rows) {
+    typedef typename Acc<T>::type A;
+    kiln_after_previous_kernel();
+    const i64 start = start_ptr ? start_ptr[0] : start_at;
+    const int half = R / 2, lane = threadIdx.x & 31;
+    const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+    for (i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows; row += warps) {
+        const i64 base = row * D;
+        A ss = 0;
+        for (int j = lane; j < D; j += 32) {
+            const A v = up<A>(x[strided_offset(sx, base + j)]);
+            ss += v * v;
+        }
+        ss = warp_sum(ss);
+        const A inv = (A)1 / sqrt(ss / (A)D + (A)eps);
+        const T* w = (row / T_len) % H < split ? w0 : w1;
+        auto normed = [&](int j) { return up<A>(down<T>(up<A>(x[strided_offset(sx, base + j)]) * inv * up<A>(w[j]))); };
+        const i64 p = start + row % T_len;
+        for (int j = lane; j < D; j += 32) {
+            const A v = normed(j);
+            A o = v;
+            if (j < R) {
+                if (p < 0 || p >= positions) {
+                    o = (A)kiln_nan();
+                } else {
+                    const A partner = normed(j < half ? j + half : j - half);
+                    o = v * up<A>(cos[p * R + j]) + (j < half ? -partner : partner) * up<A>(sin[p * R + j]);
+                }
+            }
+            out[base + j] = down<T>(o);
+        }
+    }
+}
+
 #define KILN_ROTARY(S, T)                                                                              \
     extern "C" __global__ void rotary_##S(const T* x, Strided sx, const T* cos, const T* sin, i64 positions, \
                                           int R, const i64* start_ptr, i64 start_at, T* out, i64 T_len,  \
                                           int D, i64 n) {                                                \
         rotary<T>(x, sx, cos, sin, positions, R, start_ptr, start_at, out, T_len, D, n);                 \
+    }                                                                                                  \
+    extern "C" __global__ void norm_rotary_##S(const T* x, Strided sx, const T* w0, const T* w1, i64 split,  \
+                                               i64 H, double eps, const T* cos, const T* sin,            \
+                                               i64 positions, int R, const i64* start_ptr, i64 start_at, \
+                                               T* out, i64 T_len, int D, i64 rows) {                     \
+        norm_rotary<T>(x, sx, w0, w1, split, H, eps, cos, sin, positions, R, start_ptr, start_at, out, T_len, D, \
+                       rows);                                                                            \
     }
 KILN_ROTARY(f32, float)
 KILN_ROTARY(f64, double)

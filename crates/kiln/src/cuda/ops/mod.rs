@@ -70,7 +70,7 @@ pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
 pub use matmul::matmul;
 pub use reduce::{add_rms_norm, reduce, rms_norm, softmax, var_mean, BlockSync, SoftmaxPath};
-pub use rotary::{rotary, RotaryStart};
+pub use rotary::{rotary, RotaryNorm, RotaryStart};
 pub use scaled_mm::{cublaslt_tunings, quantize_rows, scaled_mm, LtTuning, ScaledMm, GEMV_MAX_M};
 pub use topk::{router_topk, topk};
 
