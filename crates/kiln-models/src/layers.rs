@@ -411,7 +411,8 @@ impl Attention {
         });
         let (q, k) = if gate.is_none() && fused {
             // q's heads, then k's: one launch normalises (Qwen3) and turns both.
-            let norm = norms.map(|(qn, kn)| HeadNorm { weights: [&qn.weight, &kn.weight], split: hq, eps: qn.eps });
+            let norm =
+                norms.map(|(qn, kn)| HeadNorm { weights: [&qn.weight, &kn.weight], split: hq, eps: qn.eps });
             let qk = rope.apply(&heads.narrow(2, 0, hq + hkv)?.transpose(1, 2)?, start, norm)?;
             (qk.narrow(1, 0, hq)?, qk.narrow(1, hq, hkv)?)
         } else {

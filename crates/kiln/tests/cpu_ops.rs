@@ -370,7 +370,8 @@ fn rms_norm_rotary() {
     let x = Tensor::randn(&[2, t_len, 4, d], 1, DType::F64, CPU).unwrap().transpose(1, 2).unwrap();
     let cos = Tensor::randn(&[p, d], 2, DType::F64, CPU).unwrap();
     let sin = Tensor::randn(&[p, d], 3, DType::F64, CPU).unwrap();
-    let (w0, w1) = (Tensor::randn(&[d], 4, DType::F64, CPU).unwrap(), Tensor::randn(&[d], 5, DType::F64, CPU).unwrap());
+    let (w0, w1) =
+        (Tensor::randn(&[d], 4, DType::F64, CPU).unwrap(), Tensor::randn(&[d], 5, DType::F64, CPU).unwrap());
     let norm = HeadNorm { weights: [&w0, &w1], split: 3, eps: 1e-6 };
     let got = x.rms_norm_rotary(norm, &cos, &sin, RotaryStart::At(2)).unwrap();
     for (heads, w) in [(0..3, &w0), (3..4, &w1)] {
@@ -384,10 +385,7 @@ fn rms_norm_rotary() {
         assert!(worst < 1e-12, "heads {heads:?}: max |Δ| {worst}");
     }
     let short = Tensor::randn(&[d - 1], 4, DType::F64, CPU).unwrap();
-    let bad = [
-        HeadNorm { split: 5, ..norm },
-        HeadNorm { weights: [&w0, &short], ..norm },
-    ];
+    let bad = [HeadNorm { split: 5, ..norm }, HeadNorm { weights: [&w0, &short], ..norm }];
     for n in bad {
         assert!(matches!(x.rms_norm_rotary(n, &cos, &sin, RotaryStart::At(0)), Err(Error::BadShape { .. })));
     }

@@ -472,7 +472,8 @@ fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
             let ([w0, w1], [c0, c1]) = (halves(&w)?, halves(&wc)?);
             let norm = |a, b| HeadNorm { weights: [a, b], split: 5, eps: 1e-6 };
             let want = xc.rms_norm_rotary(norm(&c0, &c1), &cosc, &sinc, RotaryStart::At(30)).map_err(e)?;
-            let got = x.rms_norm_rotary(norm(&w0, &w1), &cos, &sin, RotaryStart::Device(&start)).map_err(e)?;
+            let got =
+                x.rms_norm_rotary(norm(&w0, &w1), &cos, &sin, RotaryStart::Device(&start)).map_err(e)?;
             same(&format!("rms_norm_rotary {dt} d{d} r{r}"), &got, &want, tol_of(dt))?;
         }
     }

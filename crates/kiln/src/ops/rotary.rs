@@ -44,7 +44,13 @@ impl Tensor {
     /// [`Tensor::rotary_embedding`] of `self` `[.., H, T, D]` after `rms_norm` of each `[D]`
     /// row with its head's weight (see [`HeadNorm`]), the normed row rounded to the dtype as
     /// `rms_norm`'s output is: the same result as the two ops, one kernel on CUDA.
-    pub fn rms_norm_rotary(&self, norm: HeadNorm, cos: &Tensor, sin: &Tensor, start: RotaryStart) -> Result<Tensor> {
+    pub fn rms_norm_rotary(
+        &self,
+        norm: HeadNorm,
+        cos: &Tensor,
+        sin: &Tensor,
+        start: RotaryStart,
+    ) -> Result<Tensor> {
         const OP: &str = "rms_norm_rotary";
         let heads = if self.rank() >= 3 { self.shape()[self.rank() - 3] } else { 0 };
         let d = self.shape().last().copied().unwrap_or(0);
@@ -70,7 +76,10 @@ impl Tensor {
                 self.narrow(rank - 3, from, len)?.rms_norm(&[d], Some(w), Some(norm.eps))
             };
             let normed = Tensor::cat(
-                &[part(0, norm.split, norm.weights[0])?, part(norm.split, heads - norm.split, norm.weights[1])?],
+                &[
+                    part(0, norm.split, norm.weights[0])?,
+                    part(norm.split, heads - norm.split, norm.weights[1])?,
+                ],
                 rank - 3,
             )?;
             return normed.rotary("rms_norm_rotary", None, cos, sin, start);
@@ -90,16 +99,12 @@ impl Tensor {
         start: RotaryStart,
     ) -> Result<Tensor> {
         if !matches!(self.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
-            return Err(Error::DTypeNotSupported {
-                op: op,
-                got: self.dtype,
-                expected: "f16, bf16, f32 or f64",
-            });
+            return Err(Error::DTypeNotSupported { op, got: self.dtype, expected: "f16, bf16, f32 or f64" });
         }
         for table in [cos, sin] {
             self.check_same_device(table, op)?;
             if table.dtype != self.dtype {
-                return Err(Error::DTypeMismatch { op: op, lhs: self.dtype, rhs: table.dtype });
+                return Err(Error::DTypeMismatch { op, lhs: self.dtype, rhs: table.dtype });
             }
         }
         if self.rank() < 2 || cos.rank() != 2 || cos.shape() != sin.shape() {

@@ -60,7 +60,11 @@ pub fn rotary(
         let (split, heads) = (nm.split as i64, lx.shape[lx.rank() - 3] as i64);
         let rows = n / lx.shape[lx.rank() - 1];
         let blocks = rows.div_ceil(NORM_WARPS).min(1 << 20) as u32;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * NORM_WARPS as u32, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (32 * NORM_WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let rows64 = rows as i64;
         // SAFETY: as below, plus D elements of each weight (contiguous, from their start).
         unsafe {
