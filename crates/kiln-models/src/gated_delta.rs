@@ -23,7 +23,7 @@ use crate::kv_cache::KvCache;
 use crate::layers::{Linear, WeightBytes};
 use crate::loader::WeightSource;
 use kiln::ops::PadMode;
-use kiln::{DType, Error, Result, Tensor};
+use kiln::{DType, Error, GatedDelta as GatedDeltaStep, Result, Tensor};
 
 pub struct GatedDelta {
     in_proj_qkv: Linear,
@@ -90,8 +90,31 @@ impl GatedDelta {
         let (b, t) = (x.size(0)?, x.size(1)?);
         let g = &self.dims;
         let (hk, hv, dk, dv) = (g.key_heads, g.value_heads, g.key_dim, g.value_dim);
-        let qkv =
-            self.conv.forward(&self.in_proj_qkv.forward(x)?, cache, layer)?.silu()?.to_dtype(DType::F32)?;
+        let qkv = self.conv.forward(&self.in_proj_qkv.forward(x)?, cache, layer)?.silu()?;
+        if t == 1 && (!x.device().is_cuda() || kiln::cuda::ops::GATED_DELTA_KEY_DIMS.contains(&dk)) {
+            // A decode token: the recurrence, norm and gate in one op (one kernel on CUDA).
+            let p = GatedDeltaStep {
+                neg_a: &self.neg_a,
+                dt_bias: &self.dt_bias,
+                norm: &self.norm,
+                eps: self.eps,
+                key_heads: hk,
+            };
+            let rows = |y: Tensor| -> Result<Tensor> {
+                let n = y.size(-1)?;
+                y.reshape(&[b, n])
+            };
+            let (y, state) = rows(qkv)?.gated_delta_step(
+                &rows(self.in_proj_b.forward(x)?)?,
+                &rows(self.in_proj_a.forward(x)?)?,
+                &rows(self.in_proj_z.forward(x)?)?,
+                &cache.recurrent_state(layer)?,
+                p,
+            )?;
+            cache.set_recurrent_state(layer, &state)?;
+            return self.out_proj.forward(&y.reshape(&[b, 1, hv * dv])?);
+        }
+        let qkv = qkv.to_dtype(DType::F32)?;
         // Key heads shared by `hv / hk` consecutive value heads (repeat_interleave).
         let heads = |off: usize| -> Result<Tensor> {
             let y = qkv.narrow(-1, off, hk * dk)?.reshape(&[b, t, hk, 1, dk])?;

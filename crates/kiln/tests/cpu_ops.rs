@@ -390,3 +390,24 @@ fn rms_norm_rotary() {
         assert!(matches!(x.rms_norm_rotary(n, &cos, &sin, RotaryStart::At(0)), Err(Error::BadShape { .. })));
     }
 }
+
+/// gated_delta_step refuses inputs that do not fit its state: a short qkv row, key heads
+/// that do not divide the value heads, a state of another dtype.
+#[test]
+fn gated_delta_step_checks_shapes() {
+    use kiln::GatedDelta;
+    let (batch, hk, hv, dk, dv) = (1, 2, 4, 4, 3);
+    let r = |shape: &[usize]| Tensor::randn(shape, 1, DType::F32, CPU).unwrap();
+    let (qkv, b, a, z) =
+        (r(&[batch, 2 * hk * dk + hv * dv]), r(&[batch, hv]), r(&[batch, hv]), r(&[batch, hv * dv]));
+    let (state, n, w) = (r(&[batch, hv, dk, dv]), r(&[hv]), r(&[dv]));
+    let p = GatedDelta { neg_a: &n, dt_bias: &n, norm: &w, eps: 1e-6, key_heads: hk };
+    let (y, s) = qkv.gated_delta_step(&b, &a, &z, &state, p).unwrap();
+    assert_eq!((y.shape(), s.shape()), (&[batch, hv * dv][..], &[batch, hv, dk, dv][..]));
+    let short = r(&[batch, 2 * hk * dk + hv * dv - 1]);
+    assert!(matches!(short.gated_delta_step(&b, &a, &z, &state, p), Err(Error::BadShape { .. })));
+    let three = GatedDelta { key_heads: 3, ..p };
+    assert!(matches!(qkv.gated_delta_step(&b, &a, &z, &state, three), Err(Error::BadShape { .. })));
+    let f64_state = state.to_dtype(DType::F64).unwrap();
+    assert!(matches!(qkv.gated_delta_step(&b, &a, &z, &f64_state, p), Err(Error::DTypeMismatch { .. })));
+}

@@ -4,6 +4,7 @@
 pub mod attention;
 mod buffer;
 pub mod elementwise;
+pub mod gated_delta;
 pub mod gemv;
 pub mod histogram;
 pub mod index;

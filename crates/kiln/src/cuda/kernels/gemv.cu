@@ -93,19 +93,19 @@ __device__ __forceinline__ void accumulate(const char* const (&wr)[R], const cha
     }
 }
 
-// Before the wait on the previous kernel (sm_90+): ask L2 for this block's weight rows, so
-// that the first wave's reads overlap that kernel's tail. Only a hint, and safe even for
-// weights a running kernel writes: L2 is where every write lands, and the block reads
-// them after the wait. 16-byte variants only (rows 16-byte aligned, as the bulk copy needs).
+// Before the wait on the previous kernel (sm_90+): ask L2 for the first `prefetch` bytes
+// (a multiple of 16; 0: none) of each of this block's weight rows, so that the first wave's
+// reads overlap that kernel's tail. Only a hint, and safe even for weights a running kernel
+// writes: L2 is where every write lands, and the block reads them after the wait. 16-byte
+// variants only (rows 16-byte aligned, as the bulk prefetch needs).
 template <typename T, int VB, int R>
-__device__ __forceinline__ void gemv_prefetch(const T* w, int N, int K, int G) {
+__device__ __forceinline__ void gemv_prefetch(const T* w, int N, int K, int G, int prefetch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (VB == 16 && threadIdx.x == 0) {
-        const int rows = (int)(blockDim.x >> 5) / G * R;
-        const i64 n0 = (i64)blockIdx.x * rows, n1 = min((i64)N, n0 + rows);
-        const u64 bytes = n0 < n1 ? (u64)(n1 - n0) * K * sizeof(T) : 0;
-        if (bytes > 0 && bytes < (1ull << 31))
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + n0 * K), "r"((unsigned)bytes) : "memory");
+    const int rows = (int)(blockDim.x >> 5) / G * R;
+    const i64 n = (i64)blockIdx.x * rows + threadIdx.x;
+    if (VB == 16 && prefetch > 0 && threadIdx.x < rows && n < N) {
+        const unsigned bytes = (unsigned)min((i64)prefetch, (i64)K * (i64)sizeof(T));
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + n * K), "r"(bytes) : "memory");
     }
 #endif
 }
@@ -191,8 +191,9 @@ __device__ __forceinline__ void gemv_experts(const T* x, i64 xs, int per_row, co
 #define KILN_GEMV(S, T, VB, R, U, MM)                                                              \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
         gemv_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,       \
-                                               i64 bs, T* out, int M, int N, int K, int G) {        \
-        gemv_prefetch<T, VB, R>(w, N, K, G);                                                       \
+                                               i64 bs, T* out, int M, int N, int K, int G,          \
+                                               int prefetch) {                                      \
+        gemv_prefetch<T, VB, R>(w, N, K, G, prefetch);                                             \
         kiln_after_previous_kernel();                                                              \
         gemv<T, VB, R, U, MM>(x, xs, w, bias, bs, out, M, N, K, G);                               \
     }

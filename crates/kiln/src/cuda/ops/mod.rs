@@ -41,6 +41,7 @@ mod elementwise;
 mod expert_groups;
 mod fp8_gemm;
 mod fp8_linear;
+mod gated_delta;
 pub mod gemv;
 mod grouped_mm;
 mod histogram;
@@ -62,6 +63,7 @@ pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
     Variant as Fp8LinearVariant, W8A16_MAX_M,
 };
+pub use gated_delta::{gated_delta_step, GatedDeltaBuffers, KEY_DIMS as GATED_DELTA_KEY_DIMS};
 pub use grouped_mm::grouped_mm;
 pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::{gather, index_select, scatter, take};
@@ -106,6 +108,7 @@ pub(crate) const EXPERT_GROUPS: KernelSource = kernel_source!("expert_groups");
 pub(crate) const LINALG_INV: KernelSource = kernel_source!("linalg_inv");
 pub(crate) const LINALG_TRSM: KernelSource = kernel_source!("linalg_trsm");
 pub(crate) const ROTARY: KernelSource = kernel_source!("rotary");
+pub(crate) const GATED_DELTA: KernelSource = kernel_source!("gated_delta");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
@@ -128,6 +131,7 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     LINALG_INV,
     LINALG_TRSM,
     ROTARY,
+    GATED_DELTA,
 ];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
