@@ -11,6 +11,8 @@ template <typename A> __device__ __forceinline__ bool better(A a, i64 ia, A b, i
     return want_max ? a > b : a < b;
 }
 
+#define RD_UNROLL 8
+
 template <typename T>
 __device__ void reduce_rows(int op, const T* x, T* out_t, i64* out_i, i64 outer, i64 r) {
     typedef typename Acc<T>::type A;
@@ -22,11 +24,23 @@ __device__ void reduce_rows(int op, const T* x, T* out_t, i64* out_i, i64 outer,
         const T* xr = x + row * r;
         A acc = (op == 1) ? (A)1 : (A)0;
         i64 idx = -1;
-        for (i64 j = threadIdx.x; j < r; j += blockDim.x) {
-            A v = up<A>(xr[j]);
-            if (op == 0 || op == 2) acc += v;
-            else if (op == 1) acc *= v;
-            else if (idx < 0 || better(v, j, acc, idx, want_max)) { acc = v; idx = j; }
+        // RD_UNROLL loads in flight before they are folded, in the same order as one at a
+        // time (a long row, as a vocabulary's argmax, was a chain of load latencies).
+        for (i64 base = threadIdx.x; base < r; base += (i64)blockDim.x * RD_UNROLL) {
+            A v[RD_UNROLL];
+#pragma unroll
+            for (int u = 0; u < RD_UNROLL; ++u) {
+                const i64 j = base + (i64)u * blockDim.x;
+                v[u] = j < r ? up<A>(xr[j]) : (A)0;
+            }
+#pragma unroll
+            for (int u = 0; u < RD_UNROLL; ++u) {
+                const i64 j = base + (i64)u * blockDim.x;
+                if (j >= r) break;
+                if (op == 0 || op == 2) acc += v[u];
+                else if (op == 1) acc *= v[u];
+                else if (idx < 0 || better(v[u], j, acc, idx, want_max)) { acc = v[u]; idx = j; }
+            }
         }
         sv[threadIdx.x] = acc;
         si[threadIdx.x] = idx;
