@@ -139,15 +139,6 @@ pub static AFTER_PREVIOUS: Setting<bool> = Setting::new(
     parse_bool,
 );
 
-/// Bytes of each weight row a decode GEMV block asks L2 for before it waits on the previous
-/// kernel (sm_90+, with programmatic dependent launch; 0: none).
-pub static GEMV_PREFETCH: Setting<usize> = Setting::new(
-    "KILN_GEMV_PREFETCH",
-    "bytes of each weight row a GEMV block prefetches into L2 while the previous kernel runs (default 2048; 0: off)",
-    || 2048,
-    |s| s.parse().map_err(|e| format!("{s:?}: {e}")),
-);
-
 /// A forced GEMV variant for every decode `linear` (`None`: chosen by shape).
 pub static GEMV_VARIANT: Setting<Option<gemv::Variant>> = Setting::new(
     "KILN_GEMV_VARIANT",
@@ -301,9 +292,8 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 19] = [
+pub static ALL: [&dyn Describe; 18] = [
     &AFTER_PREVIOUS,
-    &GEMV_PREFETCH,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
     &FP8_GEMM,

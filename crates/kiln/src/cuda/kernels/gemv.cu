@@ -93,23 +93,6 @@ __device__ __forceinline__ void accumulate(const char* const (&wr)[R], const cha
     }
 }
 
-// Before the wait on the previous kernel (sm_90+): ask L2 for the first `prefetch` bytes
-// (a multiple of 16; 0: none) of each of this block's weight rows, so that the first wave's
-// reads overlap that kernel's tail. Only a hint, and safe even for weights a running kernel
-// writes: L2 is where every write lands, and the block reads them after the wait. 16-byte
-// variants only (rows 16-byte aligned, as the bulk prefetch needs).
-template <typename T, int VB, int R>
-__device__ __forceinline__ void gemv_prefetch(const T* w, int N, int K, int G, int prefetch) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int rows = (int)(blockDim.x >> 5) / G * R;
-    const i64 n = (i64)blockIdx.x * rows + threadIdx.x;
-    if (VB == 16 && prefetch > 0 && threadIdx.x < rows && n < N) {
-        const unsigned bytes = (unsigned)min((i64)prefetch, (i64)K * (i64)sizeof(T));
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + n * K), "r"(bytes) : "memory");
-    }
-#endif
-}
-
 template <typename T, int VB, int R, int U, int MM>
 __device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bias, i64 bs, T* out,
                                      int M, int N, int K, int G) {
@@ -191,9 +174,7 @@ __device__ __forceinline__ void gemv_experts(const T* x, i64 xs, int per_row, co
 #define KILN_GEMV(S, T, VB, R, U, MM)                                                              \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
         gemv_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,       \
-                                               i64 bs, T* out, int M, int N, int K, int G,          \
-                                               int prefetch) {                                      \
-        gemv_prefetch<T, VB, R>(w, N, K, G, prefetch);                                             \
+                                               i64 bs, T* out, int M, int N, int K, int G) {        \
         kiln_after_previous_kernel();                                                              \
         gemv<T, VB, R, U, MM>(x, xs, w, bias, bs, out, M, N, K, G);                               \
     }

@@ -251,7 +251,6 @@ pub fn linear(
     let (bp, bs) =
         bias.map_or((0u64, 0i64), |(b, l)| (b.ptr() + (l.offset * size) as u64, l.strides[0] as i64));
     let (op, m, n32, k32, g) = (out.ptr(), rows as i32, n as i32, k as i32, v.split as i32);
-    let prefetch = (settings::GEMV_PREFETCH.get()? / 16 * 16).min(1 << 30) as i32;
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(v.rows_per_block()) as u32, 1, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
@@ -262,7 +261,7 @@ pub fn linear(
     // copy's release); w holds N·K contiguous elements from `wp`; bias, when `bp` != 0,
     // holds N elements `bs` apart; `out` holds rows·N. `vec` divides the byte addresses of
     // every row start, and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
-    unsafe { launch_after!(dev, f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g, prefetch)? };
+    unsafe { launch_after!(dev, f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
     drop(x_copy);
     Ok(out)
 }
