@@ -81,6 +81,7 @@ declare -A RACECHECK=(
   [expert_groups]="gpu_linear expert_groups"
   [fp8_gemm]="gpu_fp8 own_gemm"
   [fp8_linear]="gpu_fp8 decode_kernel w8a16"
+  [gated_delta]="gpu_parity gated_delta"
   [gemv]="gpu_linear shapes"
   [linalg_trsm]="gpu_linalg solve_triangular"
   [grouped_mm]="gpu_linear grouped"
