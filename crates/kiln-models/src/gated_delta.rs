@@ -91,7 +91,7 @@ impl GatedDelta {
         let g = &self.dims;
         let (hk, hv, dk, dv) = (g.key_heads, g.value_heads, g.key_dim, g.value_dim);
         let qkv = self.conv.forward(&self.in_proj_qkv.forward(x)?, cache, layer)?.silu()?;
-        if t == 1 && (!x.device().is_cuda() || kiln::cuda::ops::GATED_DELTA_KEY_DIMS.contains(&dk)) {
+        if t == 1 && (!x.device().is_cuda() || kiln::cuda::ops::gated_delta_fits(dk, dv)) {
             // A decode token: the recurrence, norm and gate in one op (one kernel on CUDA).
             let p = GatedDeltaStep {
                 neg_a: &self.neg_a,

@@ -55,14 +55,10 @@ impl Tensor {
         for t in [b, a, z, state, p.neg_a, p.dt_bias, p.norm] {
             self.check_same_device(t, OP)?;
         }
-        for (t, want) in [(b, dt), (a, dt), (z, dt), (state, DType::F32), (p.neg_a, DType::F32)] {
+        let f32s = [state, p.neg_a, p.dt_bias, p.norm].map(|t| (t, DType::F32));
+        for (t, want) in [(b, dt), (a, dt), (z, dt)].into_iter().chain(f32s) {
             if t.dtype != want {
                 return Err(Error::DTypeMismatch { op: OP, lhs: want, rhs: t.dtype });
-            }
-        }
-        for t in [p.dt_bias, p.norm] {
-            if t.dtype != DType::F32 {
-                return Err(Error::DTypeMismatch { op: OP, lhs: DType::F32, rhs: t.dtype });
             }
         }
         let &[batch, hv, dk, dv] = state.shape() else {

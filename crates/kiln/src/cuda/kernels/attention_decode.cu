@@ -44,7 +44,8 @@ struct AdArgs {
     float scale_log2;      // scale · log2(e)
 };
 
-// Where a block's group and rows are: `ob` the output of its first row.
+// A group's place: its row tile, KV head and batch, its first row and how many it has (ad_out
+// gives the output of that first row).
 struct AdGroup {
     int tile, hk, b, row0, here;
 };

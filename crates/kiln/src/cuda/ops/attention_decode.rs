@@ -10,7 +10,6 @@
 //! capturable: the composed path's key mask is made on the host.
 
 use super::{dev_of, suffix, ATTENTION_DECODE};
-use crate::cuda::launch::{dependent_launch, kernel_args, launch, Launch};
 use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::Result;
 use crate::layout::Layout;
@@ -193,13 +192,12 @@ pub fn sdpa(
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    let how = Launch { after_previous: dependent_launch(&dev)?, ..Launch::default() };
     // SAFETY: q, k and v hold the `sh` views at their layouts' offsets and strides (rows of
     // E contiguous elements; k and v 16-byte aligned, as `declines` checked); `lp` is 0 or
     // the address of one i32 on this device; `out` holds B·Hq·L·E elements; with splits,
     // `pp` and `mp` hold groups·splits·16 rows of E and of 2 floats. The kernel waits for
     // the previous kernel before its first global access.
-    unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![qp, kp, vp, lp, op, pp, mp, args])? };
+    unsafe { launch_after!(dev, f, cfg; qp, kp, vp, lp, op, pp, mp, args)? };
     if splits > 1 {
         let f = dev.function(&ATTENTION_DECODE, &format!("attention_decode_merge_{ty}_d{}", sh.e))?;
         // A block per (group, row); rows past a group's exit.
@@ -207,7 +205,7 @@ pub fn sdpa(
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: as above; the merge reads the scratch the first kernel wrote (it waits
         // for it) and writes `out`; the scratch rows are 16-byte aligned (E a multiple of 4).
-        unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![pp, mp, op, args])? };
+        unsafe { launch_after!(dev, f, cfg; pp, mp, op, args)? };
     }
     Ok(out)
 }

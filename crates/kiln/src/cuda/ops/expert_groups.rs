@@ -2,7 +2,7 @@
 //! grouped by expert on the device (a counting sort in one block, no host sync).
 
 use super::{dev_of, EXPERT_GROUPS};
-use crate::cuda::{dependent_launch, kernel_args, launch, DeviceBuffer, Launch, LaunchConfig};
+use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 
 /// Most experts the kernel's shared-memory histogram holds (`E + 1` int bins in 48 KB).
@@ -28,12 +28,11 @@ pub fn expert_groups(
     let f = dev.function(&EXPERT_GROUPS, "expert_groups")?;
     let cfg =
         LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (4 * (e + 1)) as u32 };
-    let how = Launch { after_previous: dependent_launch(&dev)?, ..Launch::default() };
     let (ip, rp, sp, ep) = (idx.ptr(), rows.ptr(), slot_rows.ptr(), ends.ptr());
     let (n64, k32, e32) = (n as i64, k.max(1) as i32, e as i32);
     // SAFETY: reads n int64 indices; writes n rows and n slot rows (each pair's row is
     // distinct, below n) and e ends; the dynamic shared memory holds e + 1 int bins. The
     // kernel calls kiln_after_previous_kernel before its first global access.
-    unsafe { launch(&dev.stream(), &f, cfg, how, &mut kernel_args![ip, n64, k32, e32, rp, sp, ep])? };
+    unsafe { launch_after!(dev, f, cfg; ip, n64, k32, e32, rp, sp, ep)? };
     Ok((rows, slot_rows, ends))
 }

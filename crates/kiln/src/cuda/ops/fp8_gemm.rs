@@ -11,7 +11,7 @@
 
 use super::scaled_mm::{out_name, Rows, ScaledMm};
 use super::FP8_GEMM;
-use crate::cuda::{dependent_launch, kernel_args, launch, CudaDevice, DeviceBuffer, Launch, LaunchConfig};
+use crate::cuda::{CudaDevice, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::ops::Recipe;
 use crate::{settings, DType};
@@ -176,7 +176,6 @@ pub(super) fn fp8_gemm(
     let tiles = m.div_ceil(cluster * BM) * n.div_ceil(BN);
     let cfg = LaunchConfig { grid_dim: ((cluster * tiles.min(fit)) as u32, 1, 1), ..one };
     // The cluster shape is compiled in, so the launch does not set one.
-    let how = Launch { after_previous: dependent_launch(dev)?, ..Launch::default() };
     let (sa, sb) = (p.scale_a.ptr(), p.scale_b.ptr());
     let bias = p.bias.map_or(0, |b| b.ptr());
     let (m32, n32, k32, rowwise) = (m as i32, n as i32, k as i32, (p.recipe == Recipe::RowWise) as i32);
@@ -187,15 +186,7 @@ pub(super) fn fp8_gemm(
     // non-null. SMEM covers its stages, staging buffers and barriers, the grid is whole
     // clusters of the kernel's compiled shape, and it calls kiln_after_previous_kernel
     // before its first global access.
-    unsafe {
-        launch(
-            &dev.stream(),
-            &f,
-            cfg,
-            how,
-            &mut kernel_args![ma, mw, mo, sa, sb, bias, m32, n32, k32, rowwise],
-        )?
-    };
+    unsafe { launch_after!(dev, f, cfg; ma, mw, mo, sa, sb, bias, m32, n32, k32, rowwise)? };
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
     Ok(out)
 }

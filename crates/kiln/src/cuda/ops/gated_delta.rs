@@ -11,6 +11,11 @@ pub const KEY_DIMS: [usize; 4] = [16, 32, 64, 128];
 /// The most value columns of a head (one thread each).
 pub const MAX_VALUE_DIM: usize = 1024;
 
+/// Whether the kernel serves heads of key dim `dk` and value dim `dv`.
+pub fn fits(dk: usize, dv: usize) -> bool {
+    KEY_DIMS.contains(&dk) && dv <= MAX_VALUE_DIM
+}
+
 /// Mirrors `struct GdArgs` of the kernel (passed by value).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -49,7 +54,7 @@ pub fn gated_delta_step(
     eps: f64,
     dt: DType,
 ) -> Result<(DeviceBuffer, DeviceBuffer)> {
-    if !KEY_DIMS.contains(&dk) || dv > MAX_VALUE_DIM {
+    if !fits(dk, dv) {
         return Err(Error::invalid(
             "gated_delta_step",
             format!("on CUDA the key dim must be one of {KEY_DIMS:?} (got {dk}) and the value dim at most {MAX_VALUE_DIM} (got {dv})"),

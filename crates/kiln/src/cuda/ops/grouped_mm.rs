@@ -2,7 +2,7 @@
 //! tensor cores, f32 on FMAs), the group ends read on the device (no host sync).
 
 use super::{copy, dev_of, GROUPED_MM};
-use crate::cuda::{dependent_launch, kernel_args, launch, DeviceBuffer, Launch, LaunchConfig};
+use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::{DType, Device};
@@ -61,19 +61,10 @@ pub fn grouped_mm(
     }
     let cfg =
         LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    let how = Launch { after_previous: dependent_launch(&dev)?, ..Launch::default() };
     // SAFETY: a and b are read at their layouts' strides within their shapes (rows below M,
     // k below K, n below N, groups below G), offs at G contiguous int32s; out gets M × N
     // elements, every one written (rows past the last end as zeros). The kernel calls
     // kiln_after_previous_kernel before its first global access.
-    unsafe {
-        launch(
-            &dev.stream(),
-            &f,
-            cfg,
-            how,
-            &mut kernel_args![ap, sam, sak, bp, sbg, sbk, sbn, offs_ptr, op, m32, n32, k32, g32],
-        )?
-    };
+    unsafe { launch_after!(dev, f, cfg; ap, sam, sak, bp, sbg, sbk, sbn, offs_ptr, op, m32, n32, k32, g32)? };
     Ok(out)
 }

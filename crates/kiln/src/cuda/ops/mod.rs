@@ -63,7 +63,7 @@ pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
     Variant as Fp8LinearVariant, W8A16_MAX_M,
 };
-pub use gated_delta::{gated_delta_step, GatedDeltaBuffers, KEY_DIMS as GATED_DELTA_KEY_DIMS};
+pub use gated_delta::{fits as gated_delta_fits, gated_delta_step, GatedDeltaBuffers};
 pub use grouped_mm::grouped_mm;
 pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::{gather, index_select, scatter, take};
