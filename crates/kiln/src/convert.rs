@@ -13,7 +13,7 @@ pub fn f32_to_bf16_bits(x: f32) -> u16 {
     (u.wrapping_add(bias) >> 16) as u16
 }
 
-pub fn f64_to_bf16_bits(x: f64) -> u16 {
+pub(crate) fn f64_to_bf16_bits(x: f64) -> u16 {
     f32_to_bf16_bits(x as f32)
 }
 
@@ -39,11 +39,11 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
     result | (sign >> 24) as u8
 }
 
-pub fn f64_to_e4m3(x: f64) -> u8 {
+pub(crate) fn f64_to_e4m3(x: f64) -> u8 {
     f32_to_e4m3(x as f32)
 }
 
-pub fn e4m3_to_f32(b: u8) -> f32 {
+pub(crate) fn e4m3_to_f32(b: u8) -> f32 {
     let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
     let exp = ((b >> 3) & 0xF) as i32;
     let mant = (b & 7) as f32;
@@ -80,11 +80,11 @@ pub fn f32_to_e5m2(x: f32) -> u8 {
     result | (sign >> 24) as u8
 }
 
-pub fn f64_to_e5m2(x: f64) -> u8 {
+pub(crate) fn f64_to_e5m2(x: f64) -> u8 {
     f32_to_e5m2(x as f32)
 }
 
-pub fn e5m2_to_f32(b: u8) -> f32 {
+pub(crate) fn e5m2_to_f32(b: u8) -> f32 {
     half::f16::from_bits((b as u16) << 8).to_f32()
 }
 

@@ -11,11 +11,11 @@ pub struct Layout {
     pub offset: usize,
 }
 
-pub fn numel(shape: &[usize]) -> usize {
+pub(crate) fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
-pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![0; shape.len()];
     let mut acc = 1;
     for d in (0..shape.len()).rev() {

@@ -1,23 +1,25 @@
 //! The CPU backend: the reference implementation of every op. Kernels take typed slices
 //! plus layouts and return fresh contiguous buffers; validation happened in `ops/`.
+//! Only [`gemv`] is public (benchmarks, tests and the CLI query it directly); the rest is
+//! reached through the `Tensor` ops.
 
-pub mod attention;
+pub(crate) mod attention;
 mod buffer;
-pub mod elementwise;
-pub mod gated_delta;
+pub(crate) mod elementwise;
+pub(crate) mod gated_delta;
 pub mod gemv;
-pub mod histogram;
-pub mod index;
-pub mod interpolate;
-pub mod loss;
-pub mod matmul;
-pub mod nn;
-pub mod reduce;
-pub mod rotary;
-pub mod scaled_mm;
-pub mod topk;
+pub(crate) mod histogram;
+pub(crate) mod index;
+pub(crate) mod interpolate;
+pub(crate) mod loss;
+pub(crate) mod matmul;
+pub(crate) mod nn;
+pub(crate) mod reduce;
+pub(crate) mod rotary;
+pub(crate) mod scaled_mm;
+pub(crate) mod topk;
 
-pub use buffer::CpuBuffer;
+pub(crate) use buffer::CpuBuffer;
 
 use crate::dtype::Elem;
 use crate::layout::Layout;
@@ -28,7 +30,7 @@ use rayon::prelude::*;
 pub(crate) const PAR_MIN: usize = 1 << 15;
 
 /// Copies the elements `layout` selects, in row-major order, converting each with `f`.
-pub fn map_strided<A: Elem, O: Elem>(src: &[A], layout: &Layout, f: impl Fn(A) -> O + Sync) -> Vec<O> {
+pub(crate) fn map_strided<A: Elem, O: Elem>(src: &[A], layout: &Layout, f: impl Fn(A) -> O + Sync) -> Vec<O> {
     let n = layout.numel();
     if layout.is_contiguous() {
         let s = &src[layout.offset..layout.offset + n];
@@ -43,7 +45,7 @@ pub fn map_strided<A: Elem, O: Elem>(src: &[A], layout: &Layout, f: impl Fn(A) -
 /// Strided copy with dtype conversion: the CPU half of `contiguous` and `to_dtype`.
 /// float → float goes through f64 (exact, then PyTorch's rounding of the target);
 /// integer ↔ integer and bool go through i128 so 64-bit values stay exact.
-pub fn cast(src: &CpuBuffer, layout: &Layout, from: DType, to: DType) -> CpuBuffer {
+pub(crate) fn cast(src: &CpuBuffer, layout: &Layout, from: DType, to: DType) -> CpuBuffer {
     crate::with_dtype!(from, A, {
         let s = src.as_slice::<A>();
         crate::with_dtype!(to, B, {

@@ -11,7 +11,7 @@ fn file_err(path: &Path, msg: impl std::fmt::Display) -> Error {
     Error::File { path: path.display().to_string(), msg: msg.to_string() }
 }
 
-pub fn dtype_from_st(d: StDtype) -> Option<DType> {
+pub(crate) fn dtype_from_st(d: StDtype) -> Option<DType> {
     Some(match d {
         StDtype::BOOL => DType::Bool,
         StDtype::U8 => DType::U8,
@@ -33,7 +33,7 @@ pub fn dtype_from_st(d: StDtype) -> Option<DType> {
     })
 }
 
-pub fn dtype_to_st(d: DType) -> StDtype {
+pub(crate) fn dtype_to_st(d: DType) -> StDtype {
     match d {
         DType::Bool => StDtype::BOOL,
         DType::U8 => StDtype::U8,

@@ -7,7 +7,7 @@ use crate::layout::Layout;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::DType;
 
-pub fn binary(
+pub(crate) fn binary(
     op: BinaryOp,
     a: &DeviceBuffer,
     la: &Layout,
@@ -40,7 +40,7 @@ pub fn binary(
     Ok(o)
 }
 
-pub fn unary(op: UnaryOp, x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<DeviceBuffer> {
+pub(crate) fn unary(op: UnaryOp, x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<DeviceBuffer> {
     let dev = dev_of(x)?;
     let n = l.numel();
     let o = dev.alloc(n * dt.size())?;
@@ -55,7 +55,7 @@ pub fn unary(op: UnaryOp, x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<Dev
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn where_(
+pub(crate) fn where_(
     c: &DeviceBuffer,
     lc: &Layout,
     a: &DeviceBuffer,
@@ -78,7 +78,7 @@ pub fn where_(
     Ok(o)
 }
 
-pub fn frexp(x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<(DeviceBuffer, DeviceBuffer)> {
+pub(crate) fn frexp(x: &DeviceBuffer, l: &Layout, dt: DType) -> Result<(DeviceBuffer, DeviceBuffer)> {
     let dev = dev_of(x)?;
     let n = l.numel();
     let (m, e) = (dev.alloc(n * dt.size())?, dev.alloc(n * 4)?);

@@ -27,7 +27,7 @@ const TARGET_WARPS: usize = 2048;
 /// One w8a16 call as `linear_fp8` validated it: `x` `[M, K]` of `dt` (bf16 or f16), `w`
 /// `[N, K]` float8_e4m3fn, `scale` dense f32 (one element, or N when `rowwise`), `bias` `[N]`
 /// of `dt` (any stride) or none.
-pub struct Fp8Linear<'a> {
+pub(crate) struct Fp8Linear<'a> {
     pub x: (&'a DeviceBuffer, &'a Layout),
     pub w: (&'a DeviceBuffer, &'a Layout),
     pub scale: &'a DeviceBuffer,
@@ -108,7 +108,7 @@ pub fn choose(n: usize, k: usize) -> Result<Variant> {
 }
 
 /// Why `m` × `[n, k]` in `dt` keeps the FP8 path (`None`: the w8a16 kernel takes it). The
-/// pointer alignment is checked at launch ([`fp8_linear`] returns `None`).
+/// pointer alignment is checked at launch (the launcher returns `None` when it fails).
 pub fn declines(m: usize, n: usize, k: usize, dt: DType) -> Option<&'static str> {
     if !matches!(dt, DType::BF16 | DType::F16) {
         Some("activations other than bf16 / f16")
@@ -142,7 +142,7 @@ fn need_fp8(dev: &CudaDevice) -> Result<()> {
 /// `x` `[M, K]` · `w` `[N, K]`ᵀ · scale + bias → `[M, N]` of `dt`, where [`declines`] said
 /// yes. `Ok(None)` when the weight rows are not 16-byte aligned (the caller then runs the
 /// FP8 path, which copies them); activations that are not are copied here (≤ 16 rows).
-pub fn fp8_linear(p: Fp8Linear<'_>) -> Result<Option<DeviceBuffer>> {
+pub(crate) fn fp8_linear(p: Fp8Linear<'_>) -> Result<Option<DeviceBuffer>> {
     let (xl, wl) = (p.x.1, p.w.1);
     let (m, k, n) = (xl.shape[0], xl.shape[1], wl.shape[0]);
     let wp = p.w.0.ptr() + wl.offset as u64;

@@ -36,7 +36,7 @@ const _: () = assert!(std::mem::size_of::<GdArgs>() == 32);
 /// The buffers of one step, all contiguous from offset 0 (ops/gated_delta.rs arranges it):
 /// `qkv` `[B, 2·hk·dk + hv·dv]`, `b` / `a` `[B, hv]`, `z` `[B, hv·dv]` in `dt`; `state`
 /// `[B, hv, dk, dv]`, `neg_a` / `dt_bias` `[hv]` and `norm` `[dv]` in f32.
-pub struct GatedDeltaBuffers<'a> {
+pub(crate) struct GatedDeltaBuffers<'a> {
     pub qkv: &'a DeviceBuffer,
     pub b: &'a DeviceBuffer,
     pub a: &'a DeviceBuffer,
@@ -48,7 +48,7 @@ pub struct GatedDeltaBuffers<'a> {
 }
 
 /// `(y [B, hv·dv] in dt, new state [B, hv, dk, dv] f32)` for dims `[batch, hk, hv, dk, dv]`.
-pub fn gated_delta_step(
+pub(crate) fn gated_delta_step(
     x: GatedDeltaBuffers,
     [batch, hk, hv, dk, dv]: [usize; 5],
     eps: f64,

@@ -53,7 +53,7 @@ fn gather_like(
     Ok(o)
 }
 
-pub fn index_select(
+pub(crate) fn index_select(
     x: &DeviceBuffer,
     lx: &Layout,
     dim: usize,
@@ -67,7 +67,7 @@ pub fn index_select(
     gather_like("index_select", x, lx, dim, idx, li, idt, &shape, dt)
 }
 
-pub fn gather(
+pub(crate) fn gather(
     x: &DeviceBuffer,
     lx: &Layout,
     dim: usize,
@@ -79,7 +79,7 @@ pub fn gather(
     gather_like("gather", x, lx, dim, idx, li, idt, &li.shape.clone(), dt)
 }
 
-pub fn take(
+pub(crate) fn take(
     x: &DeviceBuffer,
     lx: &Layout,
     idx: &DeviceBuffer,

@@ -56,24 +56,28 @@ mod scaled_mm;
 mod topk;
 
 pub use copy::{arange, cast, copy_into, fill, rand};
-pub use elementwise::{binary, frexp, unary, where_};
+pub(crate) use elementwise::{binary, frexp, unary, where_};
 pub use expert_groups::{expert_groups, EXPERT_GROUPS_MAX};
 pub use fp8_gemm::{fp8_gemm_choice, own_fp8_gemm_launches, Fp8Gemm};
 pub use fp8_linear::{
-    choose as fp8_linear_choose, declines as fp8_linear_declines, fp8_linear, Fp8Linear,
-    Variant as Fp8LinearVariant, W8A16_MAX_M,
+    choose as fp8_linear_choose, declines as fp8_linear_declines, Variant as Fp8LinearVariant, W8A16_MAX_M,
 };
-pub use gated_delta::{fits as gated_delta_fits, gated_delta_step, GatedDeltaBuffers};
+pub(crate) use fp8_linear::{fp8_linear, Fp8Linear};
+pub use gated_delta::fits as gated_delta_fits;
+pub(crate) use gated_delta::{gated_delta_step, GatedDeltaBuffers};
 pub use grouped_mm::grouped_mm;
 pub use histogram::{bincount, decode_range, value_range_i64};
-pub use index::{gather, index_select, scatter, take};
+pub use index::scatter;
+pub(crate) use index::{gather, index_select, take};
 pub use linalg_inv::{inv_small, INV_MAX_N};
 pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
 pub use matmul::matmul;
-pub use reduce::{add_rms_norm, reduce, rms_norm, softmax, var_mean, BlockSync, SoftmaxPath};
-pub use rotary::{rotary, RotaryNorm, RotaryStart};
-pub use scaled_mm::{cublaslt_tunings, quantize_rows, scaled_mm, LtTuning, ScaledMm, GEMV_MAX_M};
+pub use reduce::{add_rms_norm, BlockSync, SoftmaxPath};
+pub(crate) use reduce::{reduce, rms_norm, softmax, var_mean};
+pub(crate) use rotary::{rotary, RotaryNorm, RotaryStart};
+pub use scaled_mm::{cublaslt_tunings, quantize_rows, LtTuning, GEMV_MAX_M};
+pub(crate) use scaled_mm::{scaled_mm, ScaledMm};
 pub use topk::{router_topk, topk};
 
 pub(crate) use super::Strided;

@@ -192,7 +192,7 @@ fn reduce_code(op: ReduceOp) -> i32 {
     }
 }
 
-pub fn reduce(
+pub(crate) fn reduce(
     op: ReduceOp,
     x: &DeviceBuffer,
     dt: DType,
@@ -224,7 +224,7 @@ pub fn reduce(
 const VM_THREADS: u32 = 256;
 const VM_TILE: usize = VM_THREADS as usize * 4;
 
-pub fn var_mean(
+pub(crate) fn var_mean(
     x: &DeviceBuffer,
     dt: DType,
     outer: usize,
@@ -277,7 +277,13 @@ fn softmax_path(dev: &CudaDevice, dt: DType, outer: usize, r: usize) -> Result<S
     })
 }
 
-pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -> Result<DeviceBuffer> {
+pub(crate) fn softmax(
+    x: &DeviceBuffer,
+    dt: DType,
+    outer: usize,
+    r: usize,
+    log: bool,
+) -> Result<DeviceBuffer> {
     let dev = dev_of(x)?;
     let o = dev.alloc(outer * r * dt.size())?;
     if outer * r == 0 {
@@ -376,7 +382,7 @@ pub fn softmax(x: &DeviceBuffer, dt: DType, outer: usize, r: usize, log: bool) -
     Ok(o)
 }
 
-pub fn rms_norm(
+pub(crate) fn rms_norm(
     x: &DeviceBuffer,
     w: Option<&DeviceBuffer>,
     dt: DType,

@@ -8,7 +8,7 @@ use crate::layout::Layout;
 use crate::DType;
 
 /// Where the first token of a rotary launch sits.
-pub enum RotaryStart<'a> {
+pub(crate) enum RotaryStart<'a> {
     /// A position known on the host.
     At(usize),
     /// The int64 at this buffer's element `offset`, read on the device.
@@ -17,7 +17,7 @@ pub enum RotaryStart<'a> {
 
 /// The per-head RMS norms before the turn: rows of heads (dim -3) below `split` take the
 /// contiguous `[D]` weight `weights[0]`, the rest `weights[1]`.
-pub struct RotaryNorm<'a> {
+pub(crate) struct RotaryNorm<'a> {
     pub weights: [&'a DeviceBuffer; 2],
     pub split: usize,
     pub eps: f64,
@@ -29,7 +29,7 @@ const NORM_WARPS: usize = 8;
 /// `x` (`lx`, `[.., T, D]`; `[.., H, T, D]` with `norm`) turned by the contiguous tables
 /// `cos` / `sin` `[positions, r]`; a fresh contiguous buffer of `lx.numel()` elements.
 #[allow(clippy::too_many_arguments)]
-pub fn rotary(
+pub(crate) fn rotary(
     x: &DeviceBuffer,
     lx: &Layout,
     norm: Option<RotaryNorm>,

@@ -31,7 +31,7 @@ use std::sync::{Mutex, OnceLock};
 
 /// One `scaled_mm` call as `ops` validated it: `a` `[M, K]` row-major, `b` `[K, N]`
 /// column-major (both float8), dense f32 scales, dense bias of `out` or none.
-pub struct ScaledMm<'a> {
+pub(crate) struct ScaledMm<'a> {
     pub a: (&'a DeviceBuffer, &'a Layout, DType),
     pub b: (&'a DeviceBuffer, &'a Layout, DType),
     /// `b`'s storage is frozen (`Tensor::freeze`): the decode kernel may start reading it
@@ -98,7 +98,7 @@ fn k_rows(buf: &DeviceBuffer, view: &Layout, row_stride: usize) -> Result<Rows> 
     Ok(Rows { ptr: c.ptr(), ld: k, _copy: Some(c) })
 }
 
-pub fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
+pub(crate) fn scaled_mm(p: ScaledMm<'_>) -> Result<DeviceBuffer> {
     let dev = dev_of(p.a.0)?;
     need_fp8(&dev, "scaled_mm")?;
     let (la, lb) = (p.a.1, p.b.1);
