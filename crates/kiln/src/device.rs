@@ -2,9 +2,13 @@
 
 use crate::error::Result;
 
+/// Where a tensor's storage lives and its ops run. Displays as `cpu` / `cuda:N`, as
+/// [`Device::parse`] reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
+    /// Host memory; ops run on the CPU backend.
     Cpu,
+    /// The CUDA device with this ordinal.
     Cuda(usize),
 }
 
@@ -35,6 +39,7 @@ impl Device {
         }
     }
 
+    /// Whether this is a CUDA device.
     pub fn is_cuda(self) -> bool {
         matches!(self, Device::Cuda(_))
     }

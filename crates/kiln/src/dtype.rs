@@ -8,21 +8,37 @@ use num_complex::Complex32;
 /// A tensor's element type. Names follow PyTorch (`torch.float8_e4m3fn`, …).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// `torch.bool`: one byte, 0 or 1 ([`Bool`]).
     Bool,
+    /// `torch.uint8`.
     U8,
+    /// `torch.uint16`.
     U16,
+    /// `torch.uint32`.
     U32,
+    /// `torch.uint64`.
     U64,
+    /// `torch.int8`.
     I8,
+    /// `torch.int16`.
     I16,
+    /// `torch.int32`.
     I32,
+    /// `torch.int64`.
     I64,
+    /// `torch.float8_e4m3fn`: 4 exponent and 3 mantissa bits, no infinities ([`F8E4M3`]).
     F8E4M3,
+    /// `torch.float8_e5m2`: 5 exponent and 2 mantissa bits ([`F8E5M2`]).
     F8E5M2,
+    /// `torch.float16` (IEEE half).
     F16,
+    /// `torch.bfloat16`.
     BF16,
+    /// `torch.float32`.
     F32,
+    /// `torch.float64`.
     F64,
+    /// `torch.complex64`: two f32, real then imaginary.
     C64,
 }
 
@@ -42,6 +58,7 @@ pub struct F8E4M3(pub u8);
 pub struct F8E5M2(pub u8);
 
 impl DType {
+    /// Every dtype, in declaration order.
     pub const ALL: [DType; 16] = [
         DType::Bool,
         DType::U8,
@@ -61,6 +78,7 @@ impl DType {
         DType::C64,
     ];
 
+    /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             DType::Bool | DType::U8 | DType::I8 | DType::F8E4M3 | DType::F8E5M2 => 1,
@@ -70,14 +88,17 @@ impl DType {
         }
     }
 
+    /// Whether this is a real floating-point type (float8 through f64; not complex).
     pub fn is_float(self) -> bool {
         matches!(self, DType::F8E4M3 | DType::F8E5M2 | DType::F16 | DType::BF16 | DType::F32 | DType::F64)
     }
 
+    /// Whether this is a complex type.
     pub fn is_complex(self) -> bool {
         self == DType::C64
     }
 
+    /// Whether this is a signed or unsigned integer type (not bool).
     pub fn is_int(self) -> bool {
         matches!(
             self,
@@ -92,6 +113,7 @@ impl DType {
         )
     }
 
+    /// Whether values are never negative: bool and the unsigned integers.
     pub fn is_unsigned(self) -> bool {
         matches!(self, DType::Bool | DType::U8 | DType::U16 | DType::U32 | DType::U64)
     }
@@ -231,12 +253,19 @@ impl std::fmt::Display for DType {
 /// A Rust type that is the storage of one `DType`. Values convert through f64 (exact for
 /// every real type but 64-bit integers beyond 2^53, which use `to_i64`/`from_i64`).
 pub trait Elem: Copy + Send + Sync + 'static + bytemuck::Pod + std::fmt::Debug {
+    /// The dtype this type stores.
     const DTYPE: DType;
+    /// The value as f64 (complex: the real part).
     fn to_f64(self) -> f64;
+    /// `v` converted as PyTorch's cast to this dtype does: narrow floats round from f32,
+    /// integers saturate to i64 (NaN to 0) then wrap to their width, bool is `v != 0`.
     fn from_f64(v: f64) -> Self;
+    /// The value as i64: exact for the integer types, truncated through f64 for the others.
     fn to_i64(self) -> i64 {
         self.to_f64() as i64
     }
+    /// `v` converted to this type: exact for the integer types (wrapping to narrower
+    /// widths), through f64 for the others.
     fn from_i64(v: i64) -> Self {
         Self::from_f64(v as f64)
     }
@@ -244,6 +273,7 @@ pub trait Elem: Copy + Send + Sync + 'static + bytemuck::Pod + std::fmt::Debug {
     fn to_i128(self) -> i128 {
         self.to_f64() as i128
     }
+    /// `v` wrapped back to this type (integers) or rounded from f64 (others).
     fn from_i128(v: i128) -> Self {
         Self::from_f64(v as f64)
     }
@@ -251,6 +281,7 @@ pub trait Elem: Copy + Send + Sync + 'static + bytemuck::Pod + std::fmt::Debug {
     fn im(self) -> f64 {
         0.0
     }
+    /// The value `re + i·im` (real types drop `im`).
     fn from_complex(re: f64, _im: f64) -> Self {
         Self::from_f64(re)
     }

@@ -6,8 +6,11 @@ use crate::error::{Error, Result};
 /// all in elements (not bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Size of each dim.
     pub shape: Vec<usize>,
+    /// Distance in elements between neighbours along each dim (0 for a broadcast dim).
     pub strides: Vec<usize>,
+    /// Storage index of the first element.
     pub offset: usize,
 }
 
@@ -54,18 +57,23 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
 }
 
 impl Layout {
+    /// The row-major layout of `shape` at offset 0.
     pub fn contiguous(shape: &[usize]) -> Self {
         Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0 }
     }
 
+    /// Number of dims.
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
 
+    /// Number of elements (1 for rank 0).
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
+    /// Whether the elements are dense in row-major order from `offset` (size-1 dims' strides
+    /// do not matter).
     pub fn is_contiguous(&self) -> bool {
         let mut acc = 1;
         for d in (0..self.shape.len()).rev() {
@@ -110,6 +118,8 @@ impl Layout {
         Ok(Layout { shape: shape.to_vec(), strides, offset: self.offset })
     }
 
+    /// The dims reordered: dim `i` of the result is dim `dims[i]` of this one. `dims` must be a
+    /// permutation of `0..rank` (callers check it).
     pub fn permute(&self, dims: &[usize]) -> Layout {
         Layout {
             shape: dims.iter().map(|&d| self.shape[d]).collect(),
@@ -146,6 +156,7 @@ impl Layout {
     }
 }
 
+/// Iterator over a layout's storage offsets in row-major order ([`Layout::offsets`]).
 pub struct StridedOffsets<'a> {
     layout: &'a Layout,
     index: Vec<usize>,

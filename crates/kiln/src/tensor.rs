@@ -73,38 +73,47 @@ impl Tensor {
         self.storage.frozen.load(Ordering::Acquire)
     }
 
+    /// Size of each dim.
     pub fn shape(&self) -> &[usize] {
         &self.layout.shape
     }
 
+    /// The same as [`Tensor::shape`].
     pub fn dims(&self) -> &[usize] {
         &self.layout.shape
     }
 
+    /// Stride of each dim, in elements of the storage.
     pub fn strides(&self) -> &[usize] {
         &self.layout.strides
     }
 
+    /// Shape, strides and storage offset of this view.
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
+    /// Element type.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
+    /// Device of the storage.
     pub fn device(&self) -> Device {
         self.device
     }
 
+    /// Number of dims.
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
 
+    /// Number of elements (1 for a rank-0 tensor).
     pub fn numel(&self) -> usize {
         self.layout.numel()
     }
 
+    /// Whether the view is dense and row-major (its storage can be read as one slice).
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
@@ -135,6 +144,7 @@ impl Tensor {
         Tensor::from_cpu(CpuBuffer::from_vec(values), shape, T::DTYPE).to_device(device)
     }
 
+    /// [`Tensor::from_vec`] of a copy of `values`.
     pub fn from_slice<T: Elem>(values: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
         Self::from_vec(values.to_vec(), shape, device)
     }

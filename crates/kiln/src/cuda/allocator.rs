@@ -52,9 +52,13 @@ pub(crate) fn max_reuse_size(size: usize) -> usize {
 pub struct MemoryStats {
     /// Bytes in blocks held by live [`DeviceBuffer`]s (rounded block sizes).
     pub live_bytes: u64,
+    /// Highest `live_bytes` since the device was opened or the last
+    /// [`CudaDevice::reset_peak`](super::CudaDevice::reset_peak).
     pub peak_live_bytes: u64,
     /// Bytes obtained from the driver and not yet given back (live + cached).
     pub reserved_bytes: u64,
+    /// Highest `reserved_bytes` since the device was opened or the last
+    /// [`CudaDevice::reset_peak`](super::CudaDevice::reset_peak).
     pub peak_reserved_bytes: u64,
     /// Calls to `alloc`, zero-byte ones included.
     pub alloc_count: u64,
@@ -357,6 +361,7 @@ impl DeviceBuffer {
         self.len
     }
 
+    /// Whether the buffer is zero bytes long.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

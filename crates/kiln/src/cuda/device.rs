@@ -19,17 +19,25 @@ use crate::error::{Error, Result};
 /// Static properties of a device, read once when it is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceProps {
+    /// Device name as the driver reports it, e.g. `"NVIDIA H100 80GB HBM3"`.
     pub name: String,
+    /// Compute capability, major part (9 for sm_90).
     pub cc_major: i32,
+    /// Compute capability, minor part.
     pub cc_minor: i32,
+    /// Number of streaming multiprocessors.
     pub sm_count: i32,
+    /// Total device memory in bytes.
     pub total_mem: usize,
+    /// L2 cache size in bytes.
     pub l2_bytes: i32,
     /// Default static shared memory per block (48 KiB).
     pub max_shared_mem_per_block: i32,
     /// Shared memory per block a kernel may opt in to (`cuFuncSetAttribute`).
     pub max_shared_mem_per_block_optin: i32,
+    /// Most threads a block may have.
     pub max_threads_per_block: i32,
+    /// Threads per warp (32 on every current GPU).
     pub warp_size: i32,
 }
 
@@ -114,14 +122,17 @@ impl CudaDevice {
         })
     }
 
+    /// The device's ordinal: `i` of `Device::Cuda(i)`.
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }
 
+    /// The device's primary context (cudarc), for driver calls kiln does not wrap.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
 
+    /// Static properties read when the device was opened.
     pub fn props(&self) -> &DeviceProps {
         &self.props
     }
@@ -217,6 +228,7 @@ impl CudaDevice {
         self.pool.empty_cache(&self.stream())
     }
 
+    /// The caching allocator's current counters and peaks.
     pub fn memory_stats(&self) -> MemoryStats {
         self.pool.stats()
     }

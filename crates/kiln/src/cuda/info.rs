@@ -4,18 +4,27 @@ use super::availability::version_string;
 use super::device::CudaDevice;
 use crate::error::Result;
 
+/// What `kiln info` prints about one device ([`CudaDevice::info`]); `Display` gives the
+/// human-readable form, `Serialize` the JSON one.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct DeviceInfo {
+    /// Device ordinal (`cuda:N`).
     pub ordinal: usize,
+    /// Device name as the driver reports it.
     pub name: String,
     /// Compute capability (major, minor).
     pub cc: (i32, i32),
     /// NVRTC target used for kernels, e.g. `sm_90a`.
     pub arch: String,
+    /// Number of streaming multiprocessors.
     pub sm_count: i32,
+    /// Total device memory in bytes.
     pub total_mem: usize,
+    /// Free device memory in bytes when the info was taken (`cuMemGetInfo`).
     pub free_mem: usize,
+    /// L2 cache size in bytes.
     pub l2_bytes: i32,
+    /// Shared memory per block a kernel may opt in to, in bytes.
     pub max_shared_mem_per_block_optin: i32,
     /// Newest CUDA version the driver supports (`cuDriverGetVersion`), e.g. `"13.0"`.
     pub driver_version: String,

@@ -31,7 +31,9 @@ use crate::settings;
 /// `src` is compiled after [`PRELUDE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelSource {
+    /// Module name, also the file name (`<name>.cu`) that `KILN_KERNEL_DIR` may override.
     pub name: &'static str,
+    /// CUDA C++ source text.
     pub src: &'static str,
 }
 
@@ -48,9 +50,13 @@ pub const PRELUDE: &str = include_str!("kernels/common.cuh");
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Strided {
+    /// Number of dims in use (at most [`MAX_RANK`]).
     pub rank: i32,
+    /// Element offset of the view's first element.
     pub offset: i64,
+    /// Size of each dim; entries past `rank` are 1.
     pub shape: [i64; MAX_RANK],
+    /// Stride of each dim in elements; entries past `rank` are 0.
     pub strides: [i64; MAX_RANK],
 }
 
@@ -101,6 +107,7 @@ pub fn launch_cfg(n_elems: usize, threads: u32) -> LaunchConfig {
 
 // ---- statistics -------------------------------------------------------------------------------
 
+/// How a kernel module was obtained ([`KernelLoad::kind`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelLoadKind {
     /// Compiled with NVRTC (cold).
@@ -112,9 +119,14 @@ pub enum KernelLoadKind {
 /// One module load.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelLoad {
+    /// The [`KernelSource::name`] of the module.
     pub name: String,
+    /// Ordinal of the device it was loaded on.
     pub ordinal: usize,
+    /// NVRTC target it was built for: `sm_XY(a)` (cubin) or `compute_XY` (PTX for the driver to
+    /// JIT).
     pub target: String,
+    /// Compiled now or read from the disk cache.
     pub kind: KernelLoadKind,
     /// Compile (or disk read) plus module load, in milliseconds.
     pub ms: f64,
@@ -126,18 +138,26 @@ pub struct KernelLoad {
 /// measured with it are not the commit's (benchmarks record these in their provenance).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelOverride {
+    /// The [`KernelSource::name`] it replaced.
     pub name: String,
+    /// The file that was compiled.
     pub path: PathBuf,
     /// SHA-256 of the file's text, hex.
     pub sha256: String,
 }
 
+/// Module loads of this process so far, with totals per kind ([`kernel_cache_stats`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KernelCacheStats {
+    /// Every load, in order.
     pub loads: Vec<KernelLoad>,
+    /// Loads compiled with NVRTC.
     pub compiled: usize,
+    /// Loads served from the on-disk cache.
     pub disk_hits: usize,
+    /// Milliseconds spent in NVRTC loads.
     pub compiled_ms: f64,
+    /// Milliseconds spent in disk-cache loads.
     pub disk_ms: f64,
 }
 

@@ -54,10 +54,12 @@ pub(crate) fn dtype_to_st(d: DType) -> StDtype {
     }
 }
 
-/// Name, dtype and shape of one stored tensor.
+/// Dtype and shape of one stored tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorMeta {
+    /// Element type.
     pub dtype: DType,
+    /// Shape.
     pub shape: Vec<usize>,
 }
 
@@ -83,6 +85,7 @@ impl SafetensorsFile {
         Ok(SafetensorsFile { path, mmap })
     }
 
+    /// The file's path as opened.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -98,6 +101,7 @@ impl SafetensorsFile {
         n
     }
 
+    /// Dtype and shape of tensor `name` (an error when it is absent or of a dtype kiln lacks).
     pub fn meta(&self, name: &str) -> Result<TensorMeta> {
         let v = self.st().tensor(name).map_err(|e| file_err(&self.path, format!("tensor {name:?}: {e}")))?;
         let dtype = dtype_from_st(v.dtype()).ok_or_else(|| {
@@ -176,12 +180,14 @@ impl Checkpoint {
         Ok(Checkpoint { files, index })
     }
 
+    /// Tensor names across all shards, sorted.
     pub fn names(&self) -> Vec<String> {
         let mut n: Vec<String> = self.index.keys().cloned().collect();
         n.sort();
         n
     }
 
+    /// Whether some shard holds tensor `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.index.contains_key(name)
     }
@@ -193,10 +199,12 @@ impl Checkpoint {
             .ok_or_else(|| Error::invalid("checkpoint", format!("tensor {name:?} is not in the checkpoint")))
     }
 
+    /// Dtype and shape of tensor `name`.
     pub fn meta(&self, name: &str) -> Result<TensorMeta> {
         self.file(name)?.meta(name)
     }
 
+    /// Tensor `name`, in its stored dtype, on `device`.
     pub fn load(&self, name: &str, device: Device) -> Result<Tensor> {
         self.file(name)?.load(name, device)
     }

@@ -12,9 +12,13 @@ use crate::Tensor;
 /// Stride, padding and dilation per spatial dim (one value: every dim), and the groups.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conv {
+    /// Step between output positions, per spatial dim.
     pub stride: Vec<usize>,
+    /// Zeros added at both ends of each spatial dim.
     pub padding: Vec<usize>,
+    /// Spacing between kernel taps, per spatial dim.
     pub dilation: Vec<usize>,
+    /// Channel groups: input and output channels split into `groups` independent convolutions.
     pub groups: usize,
 }
 
@@ -28,14 +32,18 @@ impl Default for Conv {
 const OP: &str = "conv";
 
 impl Tensor {
+    /// `F.conv1d`: `self` `[N, C, L]` (or `[C, L]`), `weight` `[O, C / groups, k]`, `bias` `[O]`.
     pub fn conv1d(&self, weight: &Tensor, bias: Option<&Tensor>, p: &Conv) -> Result<Tensor> {
         self.conv_nd(1, weight, bias, p)
     }
 
+    /// `F.conv2d`: `self` `[N, C, H, W]` (or `[C, H, W]`), `weight` `[O, C / groups, kh, kw]`.
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, p: &Conv) -> Result<Tensor> {
         self.conv_nd(2, weight, bias, p)
     }
 
+    /// `F.conv3d`: `self` `[N, C, D, H, W]` (or without `N`), `weight` `[O, C / groups, kd, kh,
+    /// kw]`.
     pub fn conv3d(&self, weight: &Tensor, bias: Option<&Tensor>, p: &Conv) -> Result<Tensor> {
         self.conv_nd(3, weight, bias, p)
     }

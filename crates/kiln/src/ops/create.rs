@@ -56,18 +56,22 @@ impl Tensor {
         Ok(Tensor::from_storage(storage, shape, dtype, device))
     }
 
+    /// A tensor of `shape` filled with zeros.
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         Self::full(shape, 0.0, dtype, device)
     }
 
+    /// A tensor of `shape` filled with ones.
     pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         Self::full(shape, 1.0, dtype, device)
     }
 
+    /// Zeros of this tensor's shape, dtype and device.
     pub fn zeros_like(&self) -> Result<Tensor> {
         Self::zeros(self.shape(), self.dtype, self.device)
     }
 
+    /// `value` in this tensor's shape, dtype and device.
     pub fn full_like(&self, value: f64) -> Result<Tensor> {
         Self::full(self.shape(), value, self.dtype, self.device)
     }
@@ -166,10 +170,12 @@ impl Tensor {
         Ok(Tensor::from_storage(storage, shape, dtype, device))
     }
 
+    /// Uniform values in [0, 1) from `seed` ([`Tensor::rand_with`]).
     pub fn rand(shape: &[usize], seed: u64, dtype: DType, device: Device) -> Result<Tensor> {
         Self::rand_with(shape, RandKind::Uniform, seed, dtype, device)
     }
 
+    /// Standard normal values from `seed` ([`Tensor::rand_with`]).
     pub fn randn(shape: &[usize], seed: u64, dtype: DType, device: Device) -> Result<Tensor> {
         Self::rand_with(shape, RandKind::Normal, seed, dtype, device)
     }

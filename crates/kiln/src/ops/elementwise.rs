@@ -68,10 +68,10 @@ macro_rules! binary_ops {
 }
 
 macro_rules! unary_ops {
-    ($($op:ident $name:literal $kind:ident => $method:ident;)*) => {
+    ($($(#[$doc:meta])* $op:ident $name:literal $kind:ident => $method:ident;)*) => {
         /// Unary elementwise ops.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum UnaryOp { $($op,)* }
+        pub enum UnaryOp { $($(#[$doc])* $op,)* }
 
         impl UnaryOp {
             /// Every op, in the order of their kernel op codes.
@@ -100,14 +100,23 @@ macro_rules! unary_ops {
 }
 
 binary_ops! {
+    /// x + y.
     Add "add" Arith => add, add_scalar;
+    /// x − y.
     Sub "sub" Arith => sub, sub_scalar;
+    /// x · y.
     Mul "mul" Arith => mul, mul_scalar;
+    /// x / y: true division (integers give float32).
     Div "div" Float => div, div_scalar;
+    /// xʸ (integers: 0 for a negative exponent).
     Pow "pow" Arith => pow, pow_scalar;
+    /// The smaller of x and y; NaN if either is NaN.
     Minimum "minimum" Arith => minimum, minimum_scalar;
+    /// The larger of x and y; NaN if either is NaN.
     Maximum "maximum" Arith => maximum, maximum_scalar;
+    /// x mod y with the divisor's sign (Python's `%`).
     Remainder "remainder" Arith => remainder, remainder_scalar;
+    /// Step function: y where x is 0, else 1 for x > 0 and 0 otherwise (NaN too).
     Heaviside "heaviside" Arith => heaviside, heaviside_scalar;
     /// `torch.special.laguerre_polynomial_l(x, n)`: Lₙ(x), n truncated to an integer.
     LaguerrePolynomialL "special_laguerre_polynomial_l" Float
@@ -117,35 +126,62 @@ binary_ops! {
     /// `silu(x) · y`, SwiGLU's activation of a gate and an up projection in one pass
     /// (vLLM's `silu_and_mul` over the two halves).
     SiluMul "silu_mul" Float => silu_mul, silu_mul_scalar;
+    /// x == y (bool).
     Eq "eq" Compare => eq, eq_scalar;
+    /// x != y (bool).
     Ne "ne" Compare => ne, ne_scalar;
+    /// x < y (bool).
     Lt "lt" Compare => lt, lt_scalar;
+    /// x <= y (bool).
     Le "le" Compare => le, le_scalar;
+    /// x > y (bool).
     Gt "gt" Compare => gt, gt_scalar;
+    /// x >= y (bool).
     Ge "ge" Compare => ge, ge_scalar;
 }
 
 unary_ops! {
+    /// −x.
     Neg "neg" KeepsInt => neg;
+    /// |x|.
     Abs "abs" KeepsInt => abs;
+    /// eˣ.
     Exp "exp" Float => exp;
+    /// Natural logarithm.
     Log "log" Float => log;
+    /// Square root.
     Sqrt "sqrt" Float => sqrt;
+    /// 1 / √x.
     Rsqrt "rsqrt" Float => rsqrt;
+    /// Sine.
     Sin "sin" Float => sin;
+    /// Cosine.
     Cos "cos" Float => cos;
+    /// Hyperbolic tangent.
     Tanh "tanh" Float => tanh;
+    /// 1 / (1 + e⁻ˣ).
     Sigmoid "sigmoid" Float => sigmoid;
+    /// x · sigmoid(x) (SiLU, swish).
     Silu "silu" Float => silu;
+    /// Exact GELU: x · Φ(x), through erf.
     Gelu "gelu" Float => gelu;
+    /// GELU's tanh approximation (`approximate="tanh"`).
     GeluTanh "gelu_tanh" Float => gelu_tanh;
+    /// max(x, 0); NaN stays NaN.
     Relu "relu" KeepsInt => relu;
+    /// 1 / x.
     Recip "reciprocal" Float => reciprocal;
+    /// x².
     Square "square" KeepsInt => square;
+    /// Rounds down (integers unchanged).
     Floor "floor" KeepsInt => floor;
+    /// Rounds up (integers unchanged).
     Ceil "ceil" KeepsInt => ceil;
+    /// Rounds to nearest, ties to even (integers unchanged).
     Round "round" KeepsInt => round;
+    /// −1, 0 or 1 by the sign of x; NaN stays NaN.
     Sign "sign" KeepsInt => sign;
+    /// The error function.
     Erf "erf" Float => erf;
 }
 
@@ -211,10 +247,14 @@ impl Tensor {
         Tensor::scalar(v, dt, self.device)
     }
 
+    /// `op(self, v)` with `v` a Python scalar, which takes the dtype [`Tensor::scalar_like`]
+    /// gives it.
     pub fn binary_scalar(&self, op: BinaryOp, v: f64) -> Result<Tensor> {
         self.binary(op, &self.scalar_like(v)?)
     }
 
+    /// Any unary op; ops other than [`UnaryOp::keeps_int`] ones compute integer inputs in float.
+    /// Complex inputs are refused.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         if self.dtype.is_complex() {
             return Err(Error::DTypeNotSupported {

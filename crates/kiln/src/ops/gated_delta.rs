@@ -27,6 +27,7 @@ pub struct GatedDelta<'a> {
     pub dt_bias: &'a Tensor,
     /// The output norm's weight, `[dv]` f32, and its epsilon.
     pub norm: &'a Tensor,
+    /// Epsilon of the output norm.
     pub eps: f64,
     /// Key heads; each serves `hv / key_heads` consecutive value heads.
     pub key_heads: usize,

@@ -14,7 +14,10 @@ use crate::{DType, Tensor};
 #[derive(Clone, Copy, Debug)]
 pub enum Scatter {
     /// `self.flatten()[index[p]] = source[p]` (`put_`), `+=` with `accumulate`.
-    Flat { accumulate: bool },
+    Flat {
+        /// Add to the element instead of overwriting it.
+        accumulate: bool,
+    },
     /// `self[.., index[c], ..] = source[.., c, ..]` along this dim (`index_copy_`).
     Along(usize),
 }

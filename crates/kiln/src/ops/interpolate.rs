@@ -52,7 +52,9 @@ impl InterpolateMode {
 /// `1 / s`, not `in / out`). One value applies to every spatial dim.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Resize {
+    /// The output's spatial size.
     Size(Vec<usize>),
+    /// A scale factor per spatial dim.
     Scale(Vec<f64>),
 }
 

@@ -9,6 +9,8 @@ use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 
 impl Tensor {
+    /// `torch.matmul`: 1-D operands are lifted to matrices and their dim dropped again, batch
+    /// dims broadcast. A few rows against a transposed contiguous weight take the GEMV kernels.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         self.check_same_device(rhs, "matmul")?;
         if self.dtype != rhs.dtype {

@@ -53,11 +53,18 @@ pub enum Recipe {
 /// Reductions over a set of dims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
+    /// Sum (integers and bool give int64).
     Sum,
+    /// Product (integers and bool give int64).
     Prod,
+    /// Arithmetic mean (floating dtypes only).
     Mean,
+    /// Largest value.
     Max,
+    /// Smallest value.
     Min,
+    /// Index of the first largest value, as int64.
     ArgMax,
+    /// Index of the first smallest value, as int64.
     ArgMin,
 }

@@ -35,10 +35,12 @@ impl Tensor {
         Ok(Tensor::from_storage(storage, &[x.numel()], x.dtype, x.device))
     }
 
+    /// `torch.softmax` along `dim`.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         self.softmax_impl(dim, false)
     }
 
+    /// `torch.log_softmax` along `dim`.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         self.softmax_impl(dim, true)
     }

@@ -118,6 +118,7 @@ impl Tensor {
 
 /// Parses PyTorch's mode names (`constant` takes `value`).
 impl PadMode {
+    /// Parses PyTorch's mode names (`constant` takes `value`); `None` for any other name.
     pub fn parse(mode: &str, value: f64) -> Option<PadMode> {
         match mode {
             "constant" => Some(PadMode::Constant(value)),

@@ -47,6 +47,9 @@ impl Tensor {
         Ok(Rows { x, outer, r, out_shape })
     }
 
+    /// Reduces over `dims` (all when empty), dropping them unless `keepdim`. Sum and product of
+    /// integers give int64, argmax / argmin int64 indices; min, max, argmin and argmax of an empty
+    /// dim are an error.
     pub fn reduce(&self, op: ReduceOp, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         use ReduceOp::*;
         let name = format!("{op:?}").to_lowercase();
@@ -108,10 +111,12 @@ impl Tensor {
         Ok((v.sqrt()?, m))
     }
 
+    /// Variance over `dims` with `correction` (1: Bessel's, as `torch.var`'s default).
     pub fn var(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
         Ok(self.var_mean(dims, correction, keepdim)?.0)
     }
 
+    /// Standard deviation over `dims` with `correction`.
     pub fn std(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
         Ok(self.std_mean(dims, correction, keepdim)?.0)
     }
@@ -121,18 +126,22 @@ impl Tensor {
         self.reduce(ReduceOp::Sum, dims, keepdim)
     }
 
+    /// Mean over `dims` (all when empty); floating dtypes only.
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Mean, dims, keepdim)
     }
 
+    /// Product over `dims` (all when empty); integer products are int64.
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Prod, dims, keepdim)
     }
 
+    /// Maximum over `dims` (all when empty); `torch.amax`, values only.
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Max, dims, keepdim)
     }
 
+    /// Minimum over `dims` (all when empty); `torch.amin`, values only.
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Min, dims, keepdim)
     }
@@ -145,6 +154,7 @@ impl Tensor {
         }
     }
 
+    /// Index of the first minimum along `dim` (over the flattened tensor when `None`).
     pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         match dim {
             Some(d) => self.reduce(ReduceOp::ArgMin, &[d], keepdim),

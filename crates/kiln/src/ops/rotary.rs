@@ -24,8 +24,11 @@ pub enum RotaryStart<'a> {
 /// one projection, normed and turned in one launch.
 #[derive(Clone, Copy)]
 pub struct HeadNorm<'a> {
+    /// Norm weights `[D]`: `weights[0]` for heads below `split`, `weights[1]` for the rest.
     pub weights: [&'a Tensor; 2],
+    /// The first head normed with `weights[1]`.
     pub split: usize,
+    /// Epsilon of the RMS norm.
     pub eps: f64,
 }
 

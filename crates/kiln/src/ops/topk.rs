@@ -17,7 +17,10 @@ pub enum Router<'a> {
     Softmax,
     /// Sigmoid scores; experts are chosen by score + `bias` (f32, one per expert) when
     /// given, and weighted by their unbiased score (DeepSeek-V3, LFM2).
-    Sigmoid { bias: Option<&'a Tensor> },
+    Sigmoid {
+        /// Per-expert bias added to the scores for choosing experts only.
+        bias: Option<&'a Tensor>,
+    },
 }
 
 impl Tensor {

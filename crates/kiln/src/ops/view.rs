@@ -87,6 +87,7 @@ impl Tensor {
         self.reshape(&shape)
     }
 
+    /// A view with dims reordered: dim `i` of the result is dim `dims[i]` of `self`.
     pub fn permute(&self, dims: &[usize]) -> Result<Tensor> {
         let mut seen = vec![false; self.rank()];
         if dims.len() != self.rank() {
@@ -107,6 +108,7 @@ impl Tensor {
         Ok(self.with_layout(self.layout.permute(dims)))
     }
 
+    /// A view with dims `d0` and `d1` swapped.
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
         let (a, b) = (normalize_dim(d0, self.rank())?, normalize_dim(d1, self.rank())?);
         let mut dims: Vec<usize> = (0..self.rank()).collect();
@@ -225,6 +227,7 @@ impl Tensor {
         Ok(Tensor { dtype: DType::C64, ..self.with_layout(layout) })
     }
 
+    /// A view with a new size-1 dim at `dim` (counted in the result's rank).
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
         let d = normalize_dim(dim, self.rank() + 1)?;
         let mut l = self.layout.clone();

@@ -71,11 +71,17 @@ const _: () = assert!(std::mem::size_of::<AdArgs>() == 104);
 /// kernel sees them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
+    /// Batch size (1 without a batch dim).
     pub batch: usize,
+    /// Query heads.
     pub hq: usize,
+    /// Key / value heads; divides `hq`.
     pub hkv: usize,
+    /// Queries per head (1 to [`MAX_QUERIES`]).
     pub l: usize,
+    /// Keys per head.
     pub s: usize,
+    /// Head dim, one of [`HEAD_DIMS`].
     pub e: usize,
 }
 

@@ -41,6 +41,8 @@ pub struct Variant {
 }
 
 impl Variant {
+    /// The variant with these fields, unchecked (parsing one with `FromStr` checks that its
+    /// tile is compiled and its warp layout valid).
     pub const fn new(vec: u8, rows: u8, unroll: u8, split: u8, warps: u8) -> Variant {
         Variant { vec, rows, unroll, split, warps }
     }
@@ -87,9 +89,13 @@ impl std::str::FromStr for Variant {
 /// K >= `min_k`.
 #[derive(Clone, Copy, Debug)]
 pub struct Rule {
+    /// Largest number of x rows the rule applies to.
     pub max_rows: usize,
+    /// Largest N (weight rows) the rule applies to.
     pub max_n: usize,
+    /// Smallest K the rule applies to.
     pub min_k: usize,
+    /// The variant chosen when the rule applies.
     pub variant: Variant,
 }
 
