@@ -48,7 +48,7 @@ pub const CPU_PRESETS: [(&str, &str); 2] = [
     ("qwen3-0.6b", include_str!("../../../bench/presets/qwen3-0.6b.json")),
     ("llama-3.2-1b", include_str!("../../../bench/presets/llama-3.2-1b.json")),
 ];
-pub const CONTEXTS: [usize; 2] = [512, 4096];
+pub(crate) const CONTEXTS: [usize; 2] = [512, 4096];
 
 /// The config.json text of preset `name` (GPU or CPU).
 fn preset_json(name: &str) -> Result<&'static str> {

@@ -11,7 +11,7 @@ struct OpsFile {
 }
 
 #[derive(Debug, Deserialize, Clone)]
-pub struct Case {
+pub(crate) struct Case {
     pub case: String,
     pub op: String,
     #[serde(default)]

@@ -22,7 +22,7 @@ use kiln::{settings, DType, Device, Result, Tensor};
 use serde_json::{json, Value};
 
 /// One linear layer of a model: weight [n, k].
-pub struct Shape {
+pub(crate) struct Shape {
     pub model: &'static str,
     pub layer: &'static str,
     pub n: usize,
@@ -46,7 +46,7 @@ const fn s(model: &'static str, layer: &'static str, n: usize, k: usize) -> Shap
 }
 
 /// From the models' config.json (hidden, intermediate, heads × head_dim, vocab).
-pub const SHAPES: &[Shape] = &[
+pub(crate) const SHAPES: &[Shape] = &[
     r("Llama-3.1-8B", "q_proj/o_proj", 4096, 4096),
     r("Llama-3.1-8B", "k_proj/v_proj", 1024, 4096),
     r("Llama-3.1-8B", "gate_proj/up_proj", 14336, 4096),

@@ -30,7 +30,7 @@ impl Peaks {
         Ok(Some(Peaks { dev, probe }))
     }
 
-    pub fn device(&self) -> &CudaDevice {
+    pub(crate) fn device(&self) -> &CudaDevice {
         &self.dev
     }
 
@@ -54,7 +54,7 @@ pub fn report(peaks: Option<Peaks>, label: &str) -> Value {
 }
 
 impl MemoryPeaks {
-    pub fn to_json(self) -> Value {
+    pub(crate) fn to_json(self) -> Value {
         json!({ "peak_live_bytes": self.live, "peak_reserved_bytes": self.reserved,
                 "peak_driver_used_bytes": self.driver_used })
     }
@@ -72,6 +72,6 @@ impl std::fmt::Display for MemoryPeaks {
     }
 }
 
-pub fn gib(b: u64) -> f64 {
+pub(crate) fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }

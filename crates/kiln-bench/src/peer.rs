@@ -19,7 +19,7 @@ pub enum Want {
 }
 
 impl Want {
-    pub fn parse(peer: Option<&str>) -> Result<Want> {
+    pub(crate) fn parse(peer: Option<&str>) -> Result<Want> {
         match peer {
             None => Ok(Want::IfPresent),
             Some("torch") => Ok(Want::Required),

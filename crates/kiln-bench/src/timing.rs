@@ -14,7 +14,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn from_samples(mut v: Vec<f64>, warmup: usize) -> Stats {
+    pub(crate) fn from_samples(mut v: Vec<f64>, warmup: usize) -> Stats {
         v.sort_by(f64::total_cmp);
         let reps = v.len();
         Stats { median_ms: v[reps / 2], min_ms: v[0], max_ms: v[reps - 1], warmup, reps }

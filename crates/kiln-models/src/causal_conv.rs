@@ -61,7 +61,7 @@ impl CausalConv {
         }
     }
 
-    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+    pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
         for t in self.taps.iter().chain(&self.bias) {
             acc.add_dense(t);
         }

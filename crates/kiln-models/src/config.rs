@@ -22,7 +22,7 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const SUPPORTED: &'static str =
+    pub(crate) const SUPPORTED: &'static str =
         "llama, qwen3, qwen3_moe, lfm2_moe, qwen3_5_moe_text (and qwen3_5_moe's text model)";
 
     fn from_model_type(t: &str) -> Option<Arch> {

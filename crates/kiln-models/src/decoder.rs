@@ -27,7 +27,7 @@ pub const MAX_POSITIONS: usize = 32768;
 
 // One per layer: the size of the handle (an FP8 MLP's is the largest) does not matter.
 #[allow(clippy::large_enum_variant)]
-pub enum Ffn {
+pub(crate) enum Ffn {
     Dense(Mlp),
     Moe(MoeBlock),
 }
@@ -35,13 +35,13 @@ pub enum Ffn {
 /// How a layer mixes information across positions.
 // One per layer, as `Ffn`: the handles' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
-pub enum Mixer {
+pub(crate) enum Mixer {
     Attention(Attention),
     ShortConv(ShortConv),
     GatedDelta(GatedDelta),
 }
 
-pub struct Layer {
+pub(crate) struct Layer {
     input_norm: RmsNorm,
     mixer: Mixer,
     /// The layer's index among the layers of its mixer kind: its place in the cache.

@@ -139,7 +139,7 @@ impl GatedDelta {
         self.out_proj.forward(&y)
     }
 
-    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+    pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
         for l in [&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a, &self.out_proj] {
             l.weight_bytes(acc);
         }

@@ -119,11 +119,11 @@ pub struct WeightBytes {
 }
 
 impl WeightBytes {
-    pub fn add_dense(&mut self, t: &Tensor) {
+    pub(crate) fn add_dense(&mut self, t: &Tensor) {
         self.total += t.nbytes();
     }
 
-    pub fn add_linear(&mut self, w: &LinearWeight) {
+    pub(crate) fn add_linear(&mut self, w: &LinearWeight) {
         self.add_linear_bytes(w.nbytes(), w.is_fp8());
     }
 
@@ -176,7 +176,7 @@ impl Linear {
         self.weight.forward(x, self.bias.as_ref())
     }
 
-    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+    pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
         acc.add_linear(&self.weight);
         if let Some(b) = &self.bias {
             acc.add_dense(b);
@@ -184,7 +184,7 @@ impl Linear {
     }
 }
 
-pub struct RmsNorm {
+pub(crate) struct RmsNorm {
     pub weight: Tensor,
     pub eps: f64,
 }
@@ -250,7 +250,7 @@ impl Mlp {
         self.down.forward(&swiglu(&h)?, None)
     }
 
-    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+    pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
         acc.add_linear(&self.gate_up);
         acc.add_linear(&self.down);
     }
@@ -330,7 +330,7 @@ impl Rope {
         Ok(Rope { cos: table(cos)?, sin: table(sin)? })
     }
 
-    pub fn positions(&self) -> usize {
+    pub(crate) fn positions(&self) -> usize {
         self.cos.shape()[0]
     }
 
@@ -435,7 +435,7 @@ impl Attention {
         self.o.forward(&out)
     }
 
-    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+    pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
         self.qkv.weight_bytes(acc);
         self.o.weight_bytes(acc);
         for n in [&self.q_norm, &self.k_norm].into_iter().flatten() {

@@ -47,7 +47,7 @@ impl ShortConv {
         self.out_proj.forward(&bcx.narrow(-1, h, h)?.mul(&y)?)
     }
 
-    pub fn weight_bytes(&self, acc: &mut WeightBytes) {
+    pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
         self.in_proj.weight_bytes(acc);
         self.out_proj.weight_bytes(acc);
         self.conv.weight_bytes(acc);

@@ -37,7 +37,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
 }
 
 impl GgmlType {
-    pub const SUPPORTED: &'static str = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K";
+    pub(crate) const SUPPORTED: &'static str = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K";
 
     /// The type of ggml's `enum ggml_type` value `code`, if kiln reads it.
     pub fn from_code(code: u32) -> Option<GgmlType> {
@@ -55,7 +55,7 @@ impl GgmlType {
         })
     }
 
-    pub fn block_len(self) -> usize {
+    pub(crate) fn block_len(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => 32,
@@ -63,7 +63,7 @@ impl GgmlType {
         }
     }
 
-    pub fn block_bytes(self) -> usize {
+    pub(crate) fn block_bytes(self) -> usize {
         match self {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,

@@ -8,7 +8,7 @@ use crate::config::{Arch, Config};
 use crate::loader::{bad_tensors, Quantize, WeightSource};
 use kiln::{DType, Device, Error, Result, Tensor};
 
-pub struct GgufSource<'a> {
+pub(crate) struct GgufSource<'a> {
     file: &'a GgufFile,
     device: Device,
     dtype: DType,
@@ -81,7 +81,7 @@ impl<'a> GgufSource<'a> {
         GgufSource { file, device, dtype, quantize: Quantize::None, unpermute, problems: vec![] }
     }
 
-    pub fn with_quantize(mut self, quantize: Quantize) -> Self {
+    pub(crate) fn with_quantize(mut self, quantize: Quantize) -> Self {
         self.quantize = quantize;
         self
     }

@@ -107,11 +107,11 @@ impl VaeConfig {
         Ok(c)
     }
 
-    pub fn decoder_dim(&self) -> usize {
+    pub(crate) fn decoder_dim(&self) -> usize {
         self.decoder_base_dim.unwrap_or(self.base_dim)
     }
 
-    pub fn patch(&self) -> usize {
+    pub(crate) fn patch(&self) -> usize {
         self.patch_size.unwrap_or(1)
     }
 
