@@ -20,17 +20,28 @@ pub(crate) struct Case {
     pub n_out: usize,
 }
 
+/// How one fixture case went.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Pass { max_err: f64 },
+    /// Every output matched the PyTorch reference within tolerance.
+    Pass {
+        /// Largest absolute difference from the reference over the finite elements.
+        max_err: f64,
+    },
+    /// A mismatch or error, described.
     Fail(String),
+    /// kiln has no implementation of the op on this device.
     NotImplemented,
 }
 
+/// One case's result, as `kiln check` prints it.
 #[derive(Debug, Clone)]
 pub struct CaseResult {
+    /// The case's name in `ops.json`.
     pub case: String,
+    /// The op it exercises.
     pub op: String,
+    /// How it went.
     pub outcome: Outcome,
 }
 

@@ -12,6 +12,7 @@ pub const SCHEMA: u64 = 1;
 /// Suites run by a plain `kiln bench` on a GPU (every family: about 30 s on the H200 with
 /// the PyTorch peers), and on a CPU.
 pub const DEFAULT_GPU: &[&str] = ALL_GPU;
+/// Suites run by a plain `kiln bench` on the CPU.
 pub const DEFAULT_CPU: &[&str] = &["cpu", "correctness"];
 /// Every suite, for `--suite all` on a GPU (decode carries the memory family).
 pub const ALL_GPU: &[&str] = &["runtime", "correctness", "linear", "reductions", "fp8", "grouped", "decode"];

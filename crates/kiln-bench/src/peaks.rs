@@ -15,8 +15,11 @@ pub struct Peaks {
 /// The three peaks, in bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct MemoryPeaks {
+    /// Peak bytes held by live tensors.
     pub live: u64,
+    /// Peak bytes the allocator's pool held from the driver.
     pub reserved: u64,
+    /// Peak device memory the driver reported used (all processes).
     pub driver_used: u64,
 }
 
@@ -34,6 +37,7 @@ impl Peaks {
         &self.dev
     }
 
+    /// Stops sampling and returns the three peaks since [`Peaks::start`].
     pub fn finish(self) -> MemoryPeaks {
         let m = self.dev.memory_stats();
         MemoryPeaks {

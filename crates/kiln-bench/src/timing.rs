@@ -4,12 +4,18 @@ use kiln::cuda::CudaDevice;
 use kiln::Result;
 use serde::Serialize;
 
+/// Summary of one timing: milliseconds per call over the measured repeats.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Stats {
+    /// Median time per call.
     pub median_ms: f64,
+    /// Fastest call.
     pub min_ms: f64,
+    /// Slowest call.
     pub max_ms: f64,
+    /// Calls run before measuring.
     pub warmup: usize,
+    /// Measured calls.
     pub reps: usize,
 }
 

@@ -26,6 +26,8 @@ const PRESETS: [(&str, &str); 2] = [
 const GPU_VIDEO: [usize; 3] = [9, 480, 832];
 const CPU_VIDEO: [usize; 3] = [5, 64, 64];
 
+/// Runs the suite on `device`: both presets decoded and encoded ([`run_config`]; on the CPU
+/// at 1/8 of the widths on 64×64 frames); the suite's JSON.
 pub fn run(device: Device) -> Result<Value> {
     let gpu = device.is_cuda();
     if !gpu {

@@ -12,6 +12,8 @@ use crate::layers::WeightBytes;
 use crate::loader::WeightSource;
 use kiln::{Result, Tensor};
 
+/// A causal depthwise convolution along time over `[B, T, C]`, with optional bias (see the
+/// module docs).
 pub struct CausalConv {
     /// Tap `j` of every channel, `[channels]` each: the weight `[channels, 1, kernel]` split.
     taps: Vec<Tensor>,

@@ -40,6 +40,7 @@ impl std::io::Write for BoundedOutput {
     }
 }
 
+/// A model's Jinja chat template with the BOS and EOS token texts it may refer to.
 pub struct ChatTemplate {
     source: String,
     bos_token: String,
@@ -56,6 +57,9 @@ fn token_text(v: Option<&Value>) -> String {
 }
 
 impl ChatTemplate {
+    /// The template of a Hugging Face folder: `chat_template.jinja`, else
+    /// `tokenizer_config.json`'s `chat_template` (a list's `default` entry); special tokens from
+    /// the latter. An error when the model has none.
     pub fn load(dir: &Path) -> Result<Self> {
         let cfg_path = dir.join("tokenizer_config.json");
         let file_err = |msg: String| Error::File { path: cfg_path.display().to_string(), msg };
@@ -87,6 +91,7 @@ impl ChatTemplate {
         })
     }
 
+    /// A template from its source text and the texts of the BOS and EOS tokens.
     pub fn from_source(source: &str, bos_token: &str, eos_token: &str) -> Self {
         ChatTemplate { source: source.into(), bos_token: bos_token.into(), eos_token: eos_token.into() }
     }

@@ -10,8 +10,11 @@ use std::path::Path;
 /// The model families kiln can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
+    /// Llama (`llama`).
     Llama,
+    /// Qwen3 dense (`qwen3`).
     Qwen3,
+    /// Qwen3-MoE (`qwen3_moe`).
     Qwen3Moe,
     /// LFM2-MoE: gated short-convolution layers among the attention layers, sigmoid routing
     /// with an expert bias.
@@ -68,15 +71,17 @@ impl Arch {
 /// blocks, each added to the residual stream.
 #[derive(Debug, PartialEq, Eq)]
 pub struct WeightNames {
-    /// The norm before the mixer, and the one before the feed-forward block.
+    /// The norm before the mixer.
     pub input_norm: &'static str,
+    /// The norm before the feed-forward block.
     pub post_norm: &'static str,
     /// The feed-forward block (dense MLP or MoE).
     pub ffn: &'static str,
     /// Gate, up and down projections of an MLP (and of each expert).
     pub mlp: [&'static str; 3],
-    /// Attention's output projection, and its query / key head norms.
+    /// Attention's output projection.
     pub attn_out: &'static str,
+    /// Attention's query and key head norms.
     pub qk_norm: [&'static str; 2],
     /// The norm after the last layer (under the decoder's prefix).
     pub final_norm: &'static str,
@@ -85,18 +90,27 @@ pub struct WeightNames {
 /// Frequency scaling of the rotary embedding.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RopeScaling {
+    /// Unscaled frequencies.
     None,
     /// Llama 3.1's piecewise scaling of the low and middle frequencies.
     Llama3 {
+        /// What the low frequencies are divided by.
         factor: f64,
+        /// Wavelengths above `original_max_position / low_freq_factor` are divided by
+        /// `factor`.
         low_freq_factor: f64,
+        /// Wavelengths below `original_max_position / high_freq_factor` stay as they are;
+        /// those between the two bounds are interpolated.
         high_freq_factor: f64,
+        /// `original_max_position_embeddings`: the context length before scaling.
         original_max_position: usize,
     },
 }
 
+/// The sparse mixture-of-experts feed-forward blocks of a MoE family.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeConfig {
+    /// Routed experts per MoE layer.
     pub num_experts: usize,
     /// Experts per token.
     pub top_k: usize,
@@ -108,6 +122,7 @@ pub struct MoeConfig {
     pub decoder_sparse_step: usize,
     /// ...except these, which keep a dense MLP.
     pub mlp_only_layers: Vec<usize>,
+    /// How the router scores and weights the experts.
     pub router: RouterConfig,
     /// Hidden size of a shared expert that every token runs, gated by
     /// `sigmoid(shared_expert_gate(x))` (Qwen3.5-MoE); `None`: no shared expert.
@@ -140,6 +155,7 @@ impl RouterConfig {
 /// How a layer mixes information across positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MixerKind {
+    /// Softmax attention with a KV cache.
     Attention,
     /// LFM2's gated short convolution ([`ShortConvConfig`]).
     ShortConv,
@@ -155,18 +171,24 @@ pub struct ShortConvConfig {
     pub kernel: usize,
     /// Biases on the convolution and its in / out projections (`conv_bias`).
     pub bias: bool,
+    /// Indices of the layers that use it.
     pub layers: Vec<usize>,
 }
 
 /// Qwen3.5's Gated DeltaNet (linear attention), the mixer of the layers `layers` names.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GatedDeltaConfig {
+    /// Query / key heads.
     pub key_heads: usize,
+    /// Value heads (a multiple of the key heads).
     pub value_heads: usize,
+    /// Dims of a query / key head.
     pub key_dim: usize,
+    /// Dims of a value head.
     pub value_dim: usize,
     /// Taps of the causal depthwise convolution over q, k and v (`linear_conv_kernel_dim`).
     pub conv_kernel: usize,
+    /// Indices of the layers that use it.
     pub layers: Vec<usize>,
 }
 
@@ -177,29 +199,43 @@ impl GatedDeltaConfig {
     }
 }
 
+/// A decoder's `config.json`, checked and reduced to what kiln's decoder families read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    /// The model family.
     pub arch: Arch,
     /// Where the decoder's weights live: `model` (`model.embed_tokens`, `model.layers.{i}`,
     /// …), or `model.language_model` in a multimodal checkpoint; `lm_head` is top-level.
     pub weight_prefix: &'static str,
+    /// Width of the residual stream.
     pub hidden_size: usize,
     /// Hidden size of the dense MLP.
     pub intermediate_size: usize,
+    /// Decoder layers (`num_hidden_layers`).
     pub num_layers: usize,
+    /// Query heads (`num_attention_heads`).
     pub num_heads: usize,
+    /// Key / value heads (`num_key_value_heads`; fewer than `num_heads` for grouped queries).
     pub num_kv_heads: usize,
+    /// Dims per attention head.
     pub head_dim: usize,
+    /// Tokens in the vocabulary (rows of the embedding and the LM head).
     pub vocab_size: usize,
+    /// Epsilon of every RMS norm.
     pub rms_norm_eps: f64,
+    /// Base of the rotary embedding's frequencies.
     pub rope_theta: f64,
+    /// Frequency scaling of the rotary embedding.
     pub rope_scaling: RopeScaling,
+    /// Longest context the model supports.
     pub max_position_embeddings: usize,
+    /// The LM head reuses the token embedding (no `lm_head.weight`).
     pub tie_word_embeddings: bool,
     /// Biases on the q/k/v/o projections.
     pub attention_bias: bool,
     /// RMS norm of each query and key head (Qwen3).
     pub qk_norm: bool,
+    /// The MoE blocks; `None`: every layer has a dense MLP.
     pub moe: Option<MoeConfig>,
     /// Short-convolution layers (LFM2); `None`: every layer runs attention.
     pub short_conv: Option<ShortConvConfig>,
@@ -339,6 +375,7 @@ impl Config {
             .map_err(|msg| Error::File { path: path.display().to_string(), msg })
     }
 
+    /// Parses and checks config.json's text; the error says what is missing or inconsistent.
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
         let (text_config, weight_prefix) =
             text_model(serde_json::from_str(text).map_err(|e| e.to_string())?)?;
@@ -595,11 +632,17 @@ impl Config {
 /// `generation_config.json`: stop tokens and the sampling defaults a checkpoint ships.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GenerationConfig {
+    /// Tokens that end generation.
     pub eos_token_ids: Vec<u32>,
+    /// Whether to sample (else greedy decoding).
     pub do_sample: bool,
+    /// Sampling temperature, if set.
     pub temperature: Option<f64>,
+    /// Keep only the `k` most likely tokens, if set.
     pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability reaches `p`, if set.
     pub top_p: Option<f64>,
+    /// Penalty on tokens already seen (transformers' `repetition_penalty`), if set.
     pub repetition_penalty: Option<f64>,
 }
 

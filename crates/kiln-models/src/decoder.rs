@@ -50,7 +50,10 @@ pub(crate) struct Layer {
     ffn: Ffn,
 }
 
+/// A loaded decoder-only language model: embedding, layers, final norm and LM head, with
+/// its rotary tables. Run it with [`Model::forward`] over a [`KvCache`].
 pub struct Model {
+    /// The config it was built from.
     pub config: Config,
     embed: Tensor,
     layers: Vec<Layer>,
@@ -97,6 +100,8 @@ impl Model {
         Self::build(config, &mut src)
     }
 
+    /// Builds the model of `config` with every weight taken from `src` (a checkpoint, GGUF file
+    /// or random source), on `src`'s device and dtype.
     pub fn build(config: Config, src: &mut dyn WeightSource) -> Result<Model> {
         let c = &config;
         let (h, names) = (c.hidden_size, c.arch.names());
@@ -141,10 +146,12 @@ impl Model {
         Ok(Model { config, embed, layers, norm, lm_head, rope })
     }
 
+    /// Where the weights live.
     pub fn device(&self) -> Device {
         self.embed.device()
     }
 
+    /// The dtype of the dense weights and the activations.
     pub fn dtype(&self) -> DType {
         self.embed.dtype()
     }

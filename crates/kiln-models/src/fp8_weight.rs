@@ -77,6 +77,7 @@ impl Fp8Weight {
         x.linear_fp8(&self.weight, &self.col_scale, bias)
     }
 
+    /// The float8_e4m3fn values, `[N, K]` contiguous.
     pub fn weight(&self) -> &Tensor {
         &self.weight
     }
@@ -86,14 +87,17 @@ impl Fp8Weight {
         &self.scale
     }
 
+    /// Whether the scale is per tensor or per row.
     pub fn granularity(&self) -> Granularity {
         self.granularity
     }
 
+    /// N: rows of the weight, the output features.
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]
     }
 
+    /// K: columns of the weight, the input features.
     pub fn in_features(&self) -> usize {
         self.weight.shape()[1]
     }
@@ -113,6 +117,7 @@ impl Fp8Weight {
         self.weight.to_dtype(DType::F32)?.mul(&self.scale)?.to_dtype(dtype)
     }
 
+    /// A copy on `device`.
     pub fn to_device(&self, device: Device) -> Result<Fp8Weight> {
         Ok(Fp8Weight {
             weight: self.weight.to_device(device)?,

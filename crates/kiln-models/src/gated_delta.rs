@@ -25,6 +25,9 @@ use crate::loader::WeightSource;
 use kiln::ops::PadMode;
 use kiln::{DType, Error, GatedDelta as GatedDeltaStep, Result, Tensor};
 
+/// Qwen3.5's Gated DeltaNet mixer of one layer: the input projections, the causal
+/// convolution over q, k and v, the recurrent delta-rule update, gated norm and output
+/// projection.
 pub struct GatedDelta {
     in_proj_qkv: Linear,
     in_proj_z: Linear,
@@ -74,6 +77,7 @@ impl GatedDelta {
         })
     }
 
+    /// The causal convolution over queries, keys and values.
     pub fn conv(&self) -> &CausalConv {
         &self.conv
     }

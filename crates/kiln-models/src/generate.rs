@@ -9,9 +9,12 @@ use kiln::cuda::Readback;
 use kiln::{Error, Result, Tensor};
 use std::time::Instant;
 
+/// What [`generate`] produces and how it samples.
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
+    /// Most tokens to generate after the prompt.
     pub max_tokens: usize,
+    /// How each token is chosen.
     pub sampling: SamplingParams,
     /// Generation stops after any of these (it is still passed to `on_token`).
     pub eos_token_ids: Vec<u32>,
@@ -28,14 +31,18 @@ impl GenerateOptions {
     }
 }
 
+/// What a [`generate`] call produced and how long it took.
 #[derive(Clone, Debug, Default)]
 pub struct GenerateStats {
+    /// Tokens in the prompt.
     pub prompt_tokens: usize,
+    /// The generated tokens (a stop token included).
     pub tokens: Vec<u32>,
     /// Prompt forward pass plus the first sampled token.
     pub prefill_secs: f64,
     /// Forward passes after the prefill, and their time.
     pub decode_steps: usize,
+    /// Seconds spent in those decode steps.
     pub decode_secs: f64,
     /// Whether the decode steps after the first replayed a CUDA graph.
     pub graph: bool,
@@ -44,10 +51,12 @@ pub struct GenerateStats {
 }
 
 impl GenerateStats {
+    /// Prompt tokens per second of the prefill.
     pub fn prefill_tokens_per_sec(&self) -> f64 {
         self.prompt_tokens as f64 / self.prefill_secs.max(1e-12)
     }
 
+    /// Decode steps per second.
     pub fn decode_tokens_per_sec(&self) -> f64 {
         self.decode_steps as f64 / self.decode_secs.max(1e-12)
     }

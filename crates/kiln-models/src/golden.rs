@@ -14,10 +14,14 @@ pub const ARCHS: [&str; 5] = ["llama", "qwen3", "qwen3_moe", "lfm2_moe", "qwen3_
 /// Tolerance on the prefill logits for weights in f32 (the fixtures' reference dtype).
 pub const F32_LOGIT_TOL: f64 = 1e-3;
 
+/// How a model matched its fixture ([`check`]).
 #[derive(Clone, Debug)]
 pub struct GoldenReport {
+    /// Largest |Δ| of the prefill logits against transformers'.
     pub max_logit_err: f64,
+    /// kiln's greedy tokens.
     pub greedy: Vec<u32>,
+    /// transformers' greedy tokens.
     pub want_greedy: Vec<u32>,
 }
 
@@ -27,6 +31,7 @@ impl GoldenReport {
         self.greedy.iter().zip(&self.want_greedy).take_while(|(a, b)| a == b).count()
     }
 
+    /// Whether every greedy token equals transformers'.
     pub fn greedy_exact(&self) -> bool {
         self.greedy == self.want_greedy
     }
@@ -40,12 +45,14 @@ pub struct Golden {
 }
 
 impl Golden {
+    /// Loads `dir/golden.safetensors` onto the CPU.
     pub fn load(dir: &Path) -> Result<Golden> {
         let path = dir.join("golden.safetensors");
         let tensors = kiln::io::safetensors::load(&path, Device::Cpu)?;
         Ok(Golden { path, tensors })
     }
 
+    /// Tensor `name`; an error naming the file when it is absent.
     pub fn get(&self, name: &str) -> Result<Tensor> {
         self.tensors.get(name).cloned().ok_or_else(|| kiln::Error::File {
             path: self.path.display().to_string(),

@@ -14,6 +14,10 @@
 
 use kiln::{DType, Device, Error, Result, Tensor};
 
+/// Per-sequence state of a decoder across steps, pre-allocated for `capacity` positions:
+/// keys and values of the attention layers, convolution states of the short-conv and
+/// DeltaNet layers, recurrent states of the DeltaNet layers (make one with
+/// [`Model::new_cache`](crate::Model::new_cache)).
 pub struct KvCache {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
@@ -43,6 +47,8 @@ pub struct DeviceStep {
 }
 
 impl KvCache {
+    /// An empty cache of `layers` attention layers' keys and values, `[batch, kv_heads,
+    /// capacity, head_dim]` each, zeroed.
     pub fn new(
         layers: usize,
         batch: usize,
@@ -77,10 +83,12 @@ impl KvCache {
         self.len
     }
 
+    /// Whether no position is filled.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Positions it can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
     }

@@ -45,6 +45,7 @@ impl LinearWeight {
         }
     }
 
+    /// Rows of the weight, the output features.
     pub fn out_features(&self) -> usize {
         match self {
             LinearWeight::Dense(w) => w.shape()[0],
@@ -52,6 +53,7 @@ impl LinearWeight {
         }
     }
 
+    /// Columns of the weight, the input features.
     pub fn in_features(&self) -> usize {
         match self {
             LinearWeight::Dense(w) => w.shape()[1],
@@ -59,6 +61,7 @@ impl LinearWeight {
         }
     }
 
+    /// Whether the weight is held in FP8.
     pub fn is_fp8(&self) -> bool {
         matches!(self, LinearWeight::Fp8(_))
     }
@@ -139,7 +142,9 @@ impl WeightBytes {
 
 /// `x @ weight.T (+ bias)`, weight `[out, in]` as stored, dense or FP8.
 pub struct Linear {
+    /// `[out, in]`.
     pub weight: LinearWeight,
+    /// `[out]`, when the layer has one.
     pub bias: Option<Tensor>,
 }
 
@@ -172,6 +177,7 @@ impl Linear {
         Ok(Linear { weight: LinearWeight::cat_rows(weights)?, bias })
     }
 
+    /// `x @ weight.T (+ bias)`, in `x`'s dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.weight.forward(x, self.bias.as_ref())
     }
@@ -224,7 +230,9 @@ impl RmsNorm {
 /// `down(silu(gate(x)) * up(x))`, with gate and up fused into one `[2·I, H]` weight at
 /// load so the step costs one matmul for both (dense, or FP8 with per-row scales).
 pub struct Mlp {
+    /// Gate then up projection rows, `[2·I, H]`.
     pub gate_up: LinearWeight,
+    /// Down projection, `[H, I]`.
     pub down: LinearWeight,
 }
 
@@ -245,6 +253,7 @@ impl Mlp {
         Ok(Mlp { gate_up: LinearWeight::cat_rows(vec![gate, up])?, down })
     }
 
+    /// `x` `[…, H]` through the MLP.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.gate_up.forward(x, None)?;
         self.down.forward(&swiglu(&h)?, None)
@@ -361,6 +370,8 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// The `{prefix}` (`…self_attn`) weights: q, k and v fused, o, and the head norms when
+    /// the config has them.
     pub fn load(src: &mut dyn WeightSource, prefix: &str, cfg: &Config) -> Result<Self> {
         let (h, d, b) = (cfg.hidden_size, cfg.head_dim, cfg.attention_bias);
         let (qd, kvd) = (cfg.num_heads * d, cfg.num_kv_heads * d);

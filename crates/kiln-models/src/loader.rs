@@ -27,8 +27,10 @@ pub enum Quantize {
 }
 
 impl Quantize {
+    /// The names [`Quantize::parse`] takes, for help text.
     pub const VALUES: &'static str = "none, fp8";
 
+    /// `none` or `fp8`.
     pub fn parse(s: &str) -> Result<Quantize> {
         match s {
             "none" => Ok(Quantize::None),
@@ -57,10 +59,14 @@ pub(crate) fn parameter(t: Tensor) -> Result<Tensor> {
     Ok(t)
 }
 
+/// Where a model builder gets its weights: a checkpoint folder, a GGUF file, or random
+/// values. It also says which device and dtype the model lives in.
 pub trait WeightSource {
     /// The tensor stored as `name`, of `shape`, on the model's device and dtype.
     fn get(&mut self, name: &str, shape: &[usize]) -> Result<Tensor>;
+    /// The device the weights are put on.
     fn device(&self) -> Device;
+    /// The dtype dense weights are converted to (the model's activations dtype).
     fn dtype(&self) -> DType;
 
     /// What dense linear weights become on load.
@@ -310,14 +316,19 @@ impl WeightSource for CheckpointSource {
 /// With `quantize` = [`Quantize::Fp8`], linear weights are generated dense and quantised
 /// per row (the decode benchmark's FP8 presets).
 pub struct RandomSource {
+    /// Where the weights are generated.
     pub device: Device,
+    /// Their dtype.
     pub dtype: DType,
+    /// Standard deviation of the non-norm weights (0.02 by default).
     pub std: f64,
+    /// What linear weights become (generated dense, then quantised for FP8).
     pub quantize: Quantize,
     seed: u64,
 }
 
 impl RandomSource {
+    /// A source of `seed`'s weights with std 0.02 and no quantisation.
     pub fn new(device: Device, dtype: DType, seed: u64) -> Self {
         RandomSource { device, dtype, std: 0.02, quantize: Quantize::None, seed }
     }

@@ -33,11 +33,23 @@ use kiln::{DType, Error, Result, Router, Tensor};
 /// The experts' weights.
 pub enum Experts {
     /// Dense, stacked: `gate_up` `[E, 2·I, H]`, `down` `[E, H, I]`.
-    Stacked { gate_up: Tensor, down: Tensor },
+    Stacked {
+        /// Gate then up projection rows of every expert, `[E, 2·I, H]`.
+        gate_up: Tensor,
+        /// Down projections, `[E, H, I]`.
+        down: Tensor,
+    },
     /// One weight per expert (used when any is FP8): `gate_up[e]` `[2·I, H]`, `down[e]` `[H, I]`.
-    PerExpert { gate_up: Vec<LinearWeight>, down: Vec<LinearWeight> },
+    PerExpert {
+        /// Each expert's gate then up projection rows, `[2·I, H]`.
+        gate_up: Vec<LinearWeight>,
+        /// Each expert's down projection, `[H, I]`.
+        down: Vec<LinearWeight>,
+    },
 }
 
+/// A sparse mixture-of-experts feed-forward block: router, routed experts and, for
+/// Qwen3.5-MoE, a gated shared expert.
 pub struct MoeBlock {
     router: Tensor,
     /// `{prefix}.expert_bias` `[E]` (f32), with `RouterConfig::expert_bias`.
@@ -51,6 +63,8 @@ pub struct MoeBlock {
 }
 
 impl MoeBlock {
+    /// The `{prefix}` weights: router (`gate`), experts `experts.{j}.*` (stacked when all
+    /// are dense) and the shared expert when the config has one.
     pub fn load(src: &mut dyn WeightSource, prefix: &str, cfg: &Config) -> Result<Self> {
         let m = cfg.moe.as_ref().ok_or_else(|| Error::invalid("moe", "the config has no MoE section"))?;
         let (h, i, e) = (cfg.hidden_size, m.intermediate_size, m.num_experts);
@@ -99,6 +113,7 @@ impl MoeBlock {
         self.router.shape()[0]
     }
 
+    /// The routed experts' weights.
     pub fn experts(&self) -> &Experts {
         &self.experts
     }

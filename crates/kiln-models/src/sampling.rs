@@ -9,6 +9,8 @@ use kiln::{DType, Device, Result, Tensor};
 /// matmul over them, so the whole vocabulary is not sorted).
 pub const TOP_P_CANDIDATES: usize = 1024;
 
+/// How the next token is chosen: repetition penalty, temperature, top-k and top-p, each
+/// with a value that turns it off ([`SamplingParams::greedy`] turns them all off).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
     /// 0 = greedy.
@@ -20,15 +22,19 @@ pub struct SamplingParams {
     /// 1 = off. Logits of tokens already in the prompt or output are divided by it
     /// (multiplied when negative), as in transformers.
     pub repetition_penalty: f64,
+    /// Seed of the random draws (the same seed gives the same tokens).
     pub seed: u64,
 }
 
 impl SamplingParams {
+    /// Greedy decoding: the most likely token every step.
     pub fn greedy() -> Self {
         SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, seed: 0 }
     }
 }
 
+/// Chooses each next token on the device as [`SamplingParams`] say, keeping the token
+/// history the repetition penalty needs.
 pub struct Sampler {
     params: SamplingParams,
     /// Token ids seen so far (prompt and output), int64 on the device.

@@ -12,6 +12,7 @@ use crate::layers::{Linear, WeightBytes};
 use crate::loader::WeightSource;
 use kiln::{Error, Result, Tensor};
 
+/// LFM2's gated short convolution of one layer (see the module docs).
 pub struct ShortConv {
     in_proj: Linear,
     conv: CausalConv,
@@ -33,6 +34,7 @@ impl ShortConv {
         })
     }
 
+    /// The causal convolution.
     pub fn conv(&self) -> &CausalConv {
         &self.conv
     }

@@ -9,6 +9,8 @@ use serde_json::Value;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
+/// A Hugging Face `tokenizer.json` tokenizer whose calls cannot panic the process (see
+/// the module docs).
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     path: PathBuf,
@@ -67,10 +69,12 @@ impl Tokenizer {
         self.call(|t| t.decode(ids, true))
     }
 
+    /// The id of token text `token`, if it is in the vocabulary.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
 
+    /// An incremental decoder for streaming output.
     pub fn stream(&self) -> TextStream<'_> {
         TextStream { tok: self, ids: vec![], printed: 0 }
     }

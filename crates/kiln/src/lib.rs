@@ -1,8 +1,6 @@
 //! kiln: a tensor runtime with PyTorch semantics, a CPU reference backend and a CUDA
 //! backend of dedicated kernels.
 
-#![warn(missing_docs)]
-
 pub mod alloc_check;
 pub mod convert;
 pub mod cpu;

@@ -6,16 +6,26 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+/// A ggml tensor storage type kiln can dequantise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GgmlType {
+    /// 32-bit float.
     F32,
+    /// IEEE half.
     F16,
+    /// bfloat16.
     BF16,
+    /// 4-bit values in 32-value blocks with an f16 scale.
     Q4_0,
+    /// 4-bit values in 32-value blocks with an f16 scale and minimum.
     Q4_1,
+    /// 8-bit values in 32-value blocks with an f16 scale.
     Q8_0,
+    /// K-quant: 4-bit values in 256-value super-blocks of 8 sub-blocks with 6-bit scales and mins.
     Q4K,
+    /// K-quant: 5-bit values, laid out as Q4_K plus a plane of high bits.
     Q5K,
+    /// K-quant: 6-bit values in 256-value super-blocks of 16 sub-blocks with 8-bit scales.
     Q6K,
 }
 

@@ -10,15 +10,22 @@ use std::path::{Path, PathBuf};
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// An unsigned integer (any width).
     U64(u64),
+    /// A signed integer (any width).
     I64(i64),
+    /// A float (f32 or f64).
     F64(f64),
+    /// A boolean.
     Bool(bool),
+    /// A UTF-8 string.
     Str(String),
+    /// An array of values.
     Array(Vec<Value>),
 }
 
 impl Value {
+    /// The value as u64, if it is a non-negative integer.
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
             Value::U64(v) => Some(v),
@@ -27,6 +34,7 @@ impl Value {
         }
     }
 
+    /// The value as f64, if it is a number.
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
             Value::F64(v) => Some(v),
@@ -36,6 +44,7 @@ impl Value {
         }
     }
 
+    /// The string, if it is one.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
@@ -43,6 +52,7 @@ impl Value {
         }
     }
 
+    /// The elements, if it is an array.
     pub fn as_array(&self) -> Option<&[Value]> {
         match self {
             Value::Array(a) => Some(a),
@@ -56,21 +66,26 @@ impl Value {
 pub struct TensorInfo {
     /// PyTorch order (outermost first): GGUF's `ne` reversed.
     pub shape: Vec<usize>,
+    /// How the values are stored.
     pub kind: GgmlType,
     /// Byte offset from the start of the data section.
     pub offset: usize,
 }
 
 impl TensorInfo {
+    /// Number of elements.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
 }
 
+/// One memory-mapped GGUF file: its metadata and tensor table, tensors read on demand.
 pub struct GgufFile {
     path: PathBuf,
     mmap: memmap2::Mmap,
+    /// Metadata key-values (`general.architecture`, `llama.block_count`, …).
     pub metadata: BTreeMap<String, Value>,
+    /// The tensors by their GGUF names (`blk.N.*`).
     pub tensors: BTreeMap<String, TensorInfo>,
     data_start: usize,
 }
@@ -140,6 +155,7 @@ impl Reader<'_> {
 }
 
 impl GgufFile {
+    /// Maps `path` and parses its header; a malformed file is an error naming it.
     pub fn open(path: &Path) -> Result<Self> {
         let file = std::fs::File::open(path)
             .map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
@@ -152,6 +168,7 @@ impl GgufFile {
         Ok(GgufFile { path: path.to_path_buf(), mmap, metadata, tensors, data_start })
     }
 
+    /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -161,6 +178,7 @@ impl GgufFile {
         Error::File { path: self.path.display().to_string(), msg }
     }
 
+    /// The metadata value of `key`.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.metadata.get(key)
     }

@@ -47,22 +47,27 @@ pub fn find(path: &Path) -> Result<Option<PathBuf>> {
 
 /// An opened GGUF model file and its config.
 pub struct GgufModel {
+    /// The file.
     pub file: GgufFile,
+    /// The decoder config its metadata describes.
     pub config: Config,
 }
 
 impl GgufModel {
+    /// Opens `path` and reads the config from its metadata.
     pub fn open(path: &Path) -> Result<Self> {
         let file = GgufFile::open(path)?;
         let config = config::config(&file).map_err(|msg| file.error(msg))?;
         Ok(GgufModel { file, config })
     }
 
+    /// The tokenizer built from the file's `tokenizer.ggml.*` vocabulary.
     pub fn tokenizer(&self) -> Result<crate::tokenizer::Tokenizer> {
         let json = tokenizer::tokenizer_json(&self.file).map_err(|msg| self.file.error(msg))?;
         crate::tokenizer::Tokenizer::from_json(&json, self.file.path())
     }
 
+    /// The chat template of `tokenizer.chat_template`; an error when the file has none.
     pub fn chat_template(&self) -> Result<ChatTemplate> {
         let source = self.file.get("tokenizer.chat_template").and_then(|v| v.as_str()).ok_or_else(|| {
             self.file

@@ -8,21 +8,28 @@ use std::path::Path;
 /// The largest `patch_size` taken (pixels per side of a patch).
 const MAX_PATCH: usize = 1024;
 
+/// A diffusers `AutoencoderKLWan` config.json, with diffusers' defaults for absent keys.
 #[derive(Clone, Debug, Deserialize)]
 pub struct VaeConfig {
+    /// `_class_name`; when present it must be `AutoencoderKLWan`.
     #[serde(rename = "_class_name", default)]
     pub class_name: Option<String>,
+    /// Channels of the first level (96).
     #[serde(default = "defaults::base_dim")]
     pub base_dim: usize,
     /// Wan 2.2 decodes with wider channels than it encodes with.
     #[serde(default)]
     pub decoder_base_dim: Option<usize>,
+    /// Latent channels (16).
     #[serde(default = "defaults::z_dim")]
     pub z_dim: usize,
+    /// Channel multiplier of each level, `base_dim × m` (`[1, 2, 4, 4]`).
     #[serde(default = "defaults::dim_mult")]
     pub dim_mult: Vec<usize>,
+    /// Residual blocks per level (2).
     #[serde(default = "defaults::num_res_blocks")]
     pub num_res_blocks: usize,
+    /// Scales with attention in the down / up blocks; only `[]` is supported.
     #[serde(default)]
     pub attn_scales: Vec<f64>,
     /// Per down level, whether it also halves time (diffusers' spelling).
@@ -31,15 +38,19 @@ pub struct VaeConfig {
     /// Wan 2.2: residual down/up blocks with averaging / duplicating shortcuts.
     #[serde(default)]
     pub is_residual: bool,
+    /// Channels of the video (3).
     #[serde(default = "defaults::channels")]
     pub in_channels: usize,
+    /// Channels of the decoded video (3).
     #[serde(default = "defaults::channels")]
     pub out_channels: usize,
     /// Wan 2.2: pixels are folded `patch × patch` into channels before encoding.
     #[serde(default)]
     pub patch_size: Option<usize>,
+    /// Per-channel latent means for pipelines that normalise latents (kept, not applied here).
     #[serde(default)]
     pub latents_mean: Vec<f64>,
+    /// Per-channel latent standard deviations, as `latents_mean`.
     #[serde(default)]
     pub latents_std: Vec<f64>,
 }
@@ -66,6 +77,7 @@ mod defaults {
 }
 
 impl VaeConfig {
+    /// Reads and checks `dir/config.json`.
     pub fn load(dir: &Path) -> Result<VaeConfig> {
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path)
@@ -73,6 +85,7 @@ impl VaeConfig {
         Self::parse(&text).map_err(|msg| Error::File { path: path.display().to_string(), msg })
     }
 
+    /// Parses and checks config.json's text; the error says what is wrong.
     pub fn parse(text: &str) -> std::result::Result<VaeConfig, String> {
         let c: VaeConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
         if let Some(name) = c.class_name.as_deref().filter(|n| *n != "AutoencoderKLWan") {

@@ -25,7 +25,9 @@ use std::path::Path;
 
 const OP: &str = "wan_vae";
 
+/// A Wan video VAE (`AutoencoderKLWan`): encoder and decoder of video to and from latents.
 pub struct WanVae {
+    /// The config it was built from.
     pub config: VaeConfig,
     encoder: Encoder,
     decoder: Decoder,
@@ -179,13 +181,18 @@ pub const FIXTURES: [&str; 2] = ["wan21_vae_tiny", "wan22_vae_tiny"];
 /// |Δ| over all three.
 #[derive(Clone, Debug)]
 pub struct VaeReport {
+    /// PSNR of decoding the fixture's latents `z`.
     pub decoded: f64,
+    /// PSNR of the encoder's latent mean of the fixture's video `x`.
     pub encoded: f64,
+    /// PSNR of decoding that mean again.
     pub roundtrip: f64,
+    /// Largest |Δ| over the three.
     pub max_err: f64,
 }
 
 impl VaeReport {
+    /// The lowest of the three PSNRs.
     pub fn worst(&self) -> f64 {
         self.decoded.min(self.encoded).min(self.roundtrip)
     }
