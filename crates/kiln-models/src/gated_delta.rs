@@ -29,10 +29,9 @@ use kiln::{DType, Error, GatedDelta as GatedDeltaStep, Result, Tensor};
 /// convolution over q, k and v, the recurrent delta-rule update, gated norm and output
 /// projection.
 pub struct GatedDelta {
-    in_proj_qkv: Linear,
-    in_proj_z: Linear,
-    in_proj_b: Linear,
-    in_proj_a: Linear,
+    /// `in_proj_qkv`, `in_proj_z`, `in_proj_b` and `in_proj_a` stacked at load, in that
+    /// order: one GEMV per decode step, its output sliced.
+    in_proj: Linear,
     conv: CausalConv,
     /// `−exp(A_log)` and `dt_bias`, `[value_heads]`, f32.
     neg_a: Tensor,
@@ -63,10 +62,12 @@ impl GatedDelta {
             Linear::load(src, &format!("{prefix}.{n}"), out, inp, false)
         };
         Ok(GatedDelta {
-            in_proj_qkv: linear(src, "in_proj_qkv", c, h)?,
-            in_proj_z: linear(src, "in_proj_z", vd, h)?,
-            in_proj_b: linear(src, "in_proj_b", hv, h)?,
-            in_proj_a: linear(src, "in_proj_a", hv, h)?,
+            in_proj: Linear::cat_rows(vec![
+                linear(src, "in_proj_qkv", c, h)?,
+                linear(src, "in_proj_z", vd, h)?,
+                linear(src, "in_proj_b", hv, h)?,
+                linear(src, "in_proj_a", hv, h)?,
+            ])?,
             conv: CausalConv::load(src, &format!("{prefix}.conv1d"), c, g.conv_kernel, false)?,
             neg_a,
             dt_bias,
@@ -94,7 +95,11 @@ impl GatedDelta {
         let (b, t) = (x.size(0)?, x.size(1)?);
         let g = &self.dims;
         let (hk, hv, dk, dv) = (g.key_heads, g.value_heads, g.key_dim, g.value_dim);
-        let qkv = self.conv.forward(&self.in_proj_qkv.forward(x)?, cache, layer)?.silu()?;
+        let (c, vd) = (g.conv_channels(), hv * dv);
+        let proj = self.in_proj.forward(x)?;
+        let part = |at: usize, n: usize| proj.narrow(-1, at, n);
+        let (z, b_gate, a_gate) = (part(c, vd)?, part(c + vd, hv)?, part(c + vd + hv, hv)?);
+        let qkv = self.conv.forward(&part(0, c)?, cache, layer, true)?;
         if t == 1 && (!x.device().is_cuda() || kiln::cuda::ops::gated_delta_fits(dk, dv)) {
             // A decode token: the recurrence, norm and gate in one op (one kernel on CUDA).
             let p = GatedDeltaStep {
@@ -108,14 +113,8 @@ impl GatedDelta {
                 let n = y.size(-1)?;
                 y.reshape(&[b, n])
             };
-            let (y, state) = rows(qkv)?.gated_delta_step(
-                &rows(self.in_proj_b.forward(x)?)?,
-                &rows(self.in_proj_a.forward(x)?)?,
-                &rows(self.in_proj_z.forward(x)?)?,
-                &cache.recurrent_state(layer)?,
-                p,
-            )?;
-            cache.set_recurrent_state(layer, &state)?;
+            let state = cache.recurrent_state_in_place(layer)?;
+            let y = rows(qkv)?.gated_delta_step(&rows(b_gate)?, &rows(a_gate)?, &rows(z)?, state, p)?;
             return self.out_proj.forward(&y.reshape(&[b, 1, hv * dv])?);
         }
         let qkv = qkv.to_dtype(DType::F32)?;
@@ -127,8 +126,8 @@ impl GatedDelta {
         let q = heads(0)?.mul_scalar(1.0 / (dk as f64).sqrt())?;
         let k = heads(hk * dk)?;
         let v = qkv.narrow(-1, 2 * hk * dk, hv * dv)?.reshape(&[b, t, hv, dv])?;
-        let beta = self.in_proj_b.forward(x)?.to_dtype(DType::F32)?.sigmoid()?;
-        let a = self.in_proj_a.forward(x)?.to_dtype(DType::F32)?.add(&self.dt_bias)?;
+        let beta = b_gate.to_dtype(DType::F32)?.sigmoid()?;
+        let a = a_gate.to_dtype(DType::F32)?.add(&self.dt_bias)?;
         let steps = Steps { q, k, v, beta, g: softplus(&a)?.mul(&self.neg_a)? };
         let state = cache.recurrent_state(layer)?;
         let (o, state) = match t {
@@ -137,14 +136,14 @@ impl GatedDelta {
         };
         cache.set_recurrent_state(layer, &state)?;
         // Gated RMS norm per head: weight · norm(o) · silu(z), in f32.
-        let z = self.in_proj_z.forward(x)?.reshape(&[b, t, hv, dv])?.to_dtype(DType::F32)?;
+        let z = z.reshape(&[b, t, hv, dv])?.to_dtype(DType::F32)?;
         let normed = o.rms_norm(&[dv], Some(&self.norm), Some(self.eps))?;
         let y = normed.mul(&z.silu()?)?.to_dtype(x.dtype())?.reshape(&[b, t, hv * dv])?;
         self.out_proj.forward(&y)
     }
 
     pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
-        for l in [&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a, &self.out_proj] {
+        for l in [&self.in_proj, &self.out_proj] {
             l.weight_bytes(acc);
         }
         self.conv.weight_bytes(acc);

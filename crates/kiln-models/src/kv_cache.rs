@@ -115,6 +115,16 @@ impl KvCache {
         self.carried(&self.recurrent[layer])
     }
 
+    /// Linear-attention layer `layer`'s state, to be updated in place by this step
+    /// ([`Tensor::gated_delta_step`]); zeroed first at the start of a sequence.
+    pub fn recurrent_state_in_place(&self, layer: usize) -> Result<&Tensor> {
+        let state = &self.recurrent[layer];
+        if self.len == 0 {
+            state.copy_(&state.zeros_like()?)?;
+        }
+        Ok(state)
+    }
+
     /// Stores linear-attention layer `layer`'s state after this step.
     pub fn set_recurrent_state(&mut self, layer: usize, state: &Tensor) -> Result<()> {
         self.recurrent[layer].copy_(state)
@@ -213,15 +223,16 @@ impl KvCache {
         Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
     }
 
-    /// The input of short-convolution layer `layer`'s step: its state (zeros at the start
-    /// of a sequence, as the causal padding) followed by `x` `[B, T, C]`, `[B, width + T,
-    /// C]`. The state becomes the window's last `width` rows.
-    pub fn conv_window(&mut self, layer: usize, x: &Tensor) -> Result<Tensor> {
-        self.step_end(x.size(1)?)?;
+    /// Convolution layer `layer`'s state for a step of `t` positions, to be updated in place
+    /// ([`Tensor::causal_conv1d_update`]): the inputs before this step, `[B, width, C]`,
+    /// zeroed first at the start of a sequence (the causal padding).
+    pub fn conv_state(&mut self, layer: usize, t: usize) -> Result<&Tensor> {
+        self.step_end(t)?;
         let state = &self.conv[layer];
-        let window = Tensor::cat(&[self.carried(state)?, x.clone()], 1)?;
-        state.copy_(&window.narrow(1, x.size(1)?, state.shape()[1])?)?;
-        Ok(window)
+        if self.len == 0 {
+            state.copy_(&state.zeros_like()?)?;
+        }
+        Ok(state)
     }
 
     /// Ends a step of `t` positions: they count as filled from now on (on the device too,

@@ -9,9 +9,10 @@
 //! The experts' weights are stacked at load: `gate_up` `[E, 2·I, H]` (gate rows, then
 //! up rows) and `down` `[E, H, I]`. Two ways to run them:
 //! - **gathered** (decode: `tokens · top_k ≤ E`): [`Tensor::expert_linear`] multiplies
-//!   each (token, slot) by the expert its device-side top-k index names, one launch per
-//!   projection that streams only the chosen experts' weights. Routing never leaves the
-//!   device, so a decode step has no host sync.
+//!   each (token, slot) by the expert its device-side top-k index names, streaming only
+//!   the chosen experts' gate_up weights, and [`Tensor::expert_swiglu_sum`] does SwiGLU,
+//!   the down projection and the router-weighted sum in one more launch. Routing never
+//!   leaves the device, so a decode step has no host sync.
 //! - **grouped** (prompts): the (token, slot) pairs are grouped by expert on the device
 //!   ([`Tensor::expert_groups`]), the tokens gathered in group order, and each projection
 //!   runs as one [`Tensor::grouped_mm`] over every expert's group: no host sync. Gathering
@@ -148,14 +149,12 @@ impl MoeBlock {
         let x2 = x.reshape(&[x.numel() / h, h])?;
         let n = x2.shape()[0];
         let (weights, experts) = self.route(&x2)?;
-        let stacked = matches!(self.experts, Experts::Stacked { .. });
-        let y = if stacked && n * self.top_k <= self.num_experts() {
-            self.gathered(&x2, &experts)?
-        } else {
-            self.grouped(&x2, &experts)?
+        let gathered =
+            if n * self.top_k <= self.num_experts() { self.gathered(&x2, &experts, &weights)? } else { None };
+        let routed = match gathered {
+            Some(y) => y,
+            None => self.grouped(&x2, &experts, &weights)?,
         };
-        // Σ_slots weight · expert output, as one [1, k] @ [k, H] product per token.
-        let routed = weights.unsqueeze(1)?.matmul(&y)?.reshape(&[n, h])?;
         let out = match &self.shared {
             Some((mlp, gate)) => routed.add(&mlp.forward(&x2)?.mul(&x2.linear(gate, None)?.sigmoid()?)?)?,
             None => routed,
@@ -163,9 +162,9 @@ impl MoeBlock {
         out.reshape(x.shape())
     }
 
-    /// Router weights of the top-k experts (scored in f32), `[n, k]` in the model dtype,
-    /// and the experts' indices `[n, k]` (int64): one fused `router_topk` launch after the
-    /// router's GEMV (and a scaling when `routed_scaling_factor` is not 1).
+    /// Router weights of the top-k experts (scored in f32), `[n, k]` f32, and the experts'
+    /// indices `[n, k]` (int64): one fused `router_topk` launch after the router's GEMV
+    /// (and a scaling when `routed_scaling_factor` is not 1).
     pub fn route(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let logits = x.linear(&self.router, None)?;
         let r = &self.routing;
@@ -176,22 +175,23 @@ impl MoeBlock {
         if r.scale != 1.0 {
             w = w.mul_scalar(r.scale)?;
         }
-        Ok((w.to_dtype(x.dtype())?, idx))
+        Ok((w, idx))
     }
 
-    /// Expert outputs `[n, k, H]`, each slot against its own expert's weights (stacked
-    /// dense experts only).
-    pub fn gathered(&self, x: &Tensor, experts: &Tensor) -> Result<Tensor> {
-        let Experts::Stacked { gate_up, down } = &self.experts else {
-            return Err(Error::invalid("moe", "per-expert (FP8) experts run grouped, not gathered"));
-        };
-        swiglu(&x.expert_linear(gate_up, experts)?)?.expert_linear(down, experts)
+    /// The routed output `[n, H]` with each slot against its own expert's weights — decode,
+    /// two launches: gate_up by [`Tensor::expert_linear`], then SwiGLU, down and the
+    /// weighted sum by [`Tensor::expert_swiglu_sum`]. `None` for per-expert (FP8) experts,
+    /// which run grouped.
+    pub fn gathered(&self, x: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Option<Tensor>> {
+        let Experts::Stacked { gate_up, down } = &self.experts else { return Ok(None) };
+        Ok(Some(x.expert_linear(gate_up, experts)?.expert_swiglu_sum(down, experts, weights)?))
     }
 
-    /// Expert outputs `[n, k, H]` by running each expert once over its tokens: the pairs
+    /// The routed output `[n, H]` by running each expert once over its tokens: the pairs
     /// grouped by expert on the device, the tokens gathered in group order, the experts
-    /// run, the outputs scattered back to (token, slot) order.
-    pub fn grouped(&self, x: &Tensor, experts: &Tensor) -> Result<Tensor> {
+    /// run, the outputs scattered back to (token, slot) order and summed by the router
+    /// weights, as one `[1, k] @ [k, H]` product per token.
+    pub fn grouped(&self, x: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Tensor> {
         let (n, h) = (x.shape()[0], x.shape()[1]);
         let g = experts.expert_groups(self.num_experts())?;
         let xs = x.index_select(0, &g.rows)?;
@@ -220,7 +220,8 @@ impl MoeBlock {
                 ys
             }
         };
-        ys.index_select(0, &g.slot_rows)?.reshape(&[n, self.top_k, h])
+        let y = ys.index_select(0, &g.slot_rows)?.reshape(&[n, self.top_k, h])?;
+        weights.to_dtype(x.dtype())?.unsqueeze(1)?.matmul(&y)?.reshape(&[n, h])
     }
 }
 
@@ -247,13 +248,15 @@ mod tests {
     fn gathered_and_grouped_agree() {
         let (cfg, block) = fixture_block(Quantize::None);
         let x = Tensor::randn(&[5, cfg.hidden_size], 9, DType::F32, Device::Cpu).unwrap();
-        let (_, experts) = block.route(&x).unwrap();
-        let a = block.gathered(&x, &experts).unwrap().to_vec::<f32>().unwrap();
-        let b = block.grouped(&x, &experts).unwrap().to_vec::<f32>().unwrap();
+        let (weights, experts) = block.route(&x).unwrap();
+        let gathered =
+            |e: &Tensor| block.gathered(&x, e, &weights).unwrap().unwrap().to_vec::<f32>().unwrap();
+        let a = gathered(&experts);
+        let b = block.grouped(&x, &experts, &weights).unwrap().to_vec::<f32>().unwrap();
         let worst = a.iter().zip(&b).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-5, "max |Δ| {worst}");
         let other = experts.add_scalar(1.0).unwrap().remainder_scalar(8.0).unwrap();
-        let c = block.gathered(&x, &other).unwrap().to_vec::<f32>().unwrap();
+        let c = gathered(&other);
         assert!(a.iter().zip(&c).any(|(p, q)| (p - q).abs() > 1e-3));
     }
 

@@ -45,7 +45,7 @@ impl ShortConv {
         let h = x.size(2)?;
         let bcx = self.in_proj.forward(x)?;
         let gated = bcx.narrow(-1, 0, h)?.mul(&bcx.narrow(-1, 2 * h, h)?)?;
-        let y = self.conv.forward(&gated, cache, layer)?;
+        let y = self.conv.forward(&gated, cache, layer, false)?;
         self.out_proj.forward(&bcx.narrow(-1, h, h)?.mul(&y)?)
     }
 
@@ -89,7 +89,8 @@ mod tests {
         let got = conv.forward(&x, &mut cache(&cfg, t), 0).unwrap();
 
         let bcx = conv.in_proj.forward(&x).unwrap().to_vec::<f64>().unwrap();
-        let taps: Vec<Vec<f64>> = (0..3).map(|j| conv.conv.tap(j).to_vec::<f64>().unwrap()).collect();
+        let w = conv.conv.weight().to_vec::<f64>().unwrap();
+        let taps: Vec<Vec<f64>> = (0..3).map(|j| (0..h).map(|c| w[c * 3 + j]).collect()).collect();
         let gated = |s: usize, c: usize| bcx[s * 3 * h + c] * bcx[s * 3 * h + 2 * h + c];
         let mut y = vec![0f64; t * h];
         for s in 0..t {

@@ -392,7 +392,8 @@ fn rms_norm_rotary() {
 }
 
 /// gated_delta_step refuses inputs that do not fit its state: a short qkv row, key heads
-/// that do not divide the value heads, a state of another dtype.
+/// that do not divide the value heads, a state of another dtype, a strided state (it is
+/// updated in place).
 #[test]
 fn gated_delta_step_checks_shapes() {
     use kiln::GatedDelta;
@@ -402,8 +403,10 @@ fn gated_delta_step_checks_shapes() {
         (r(&[batch, 2 * hk * dk + hv * dv]), r(&[batch, hv]), r(&[batch, hv]), r(&[batch, hv * dv]));
     let (state, n, w) = (r(&[batch, hv, dk, dv]), r(&[hv]), r(&[dv]));
     let p = GatedDelta { neg_a: &n, dt_bias: &n, norm: &w, eps: 1e-6, key_heads: hk };
-    let (y, s) = qkv.gated_delta_step(&b, &a, &z, &state, p).unwrap();
-    assert_eq!((y.shape(), s.shape()), (&[batch, hv * dv][..], &[batch, hv, dk, dv][..]));
+    let y = qkv.gated_delta_step(&b, &a, &z, &state, p).unwrap();
+    assert_eq!(y.shape(), [batch, hv * dv]);
+    let strided = r(&[batch, hv, dv, dk]).transpose(2, 3).unwrap();
+    assert!(matches!(qkv.gated_delta_step(&b, &a, &z, &strided, p), Err(Error::InvalidArgument { .. })));
     let short = r(&[batch, 2 * hk * dk + hv * dv - 1]);
     assert!(matches!(short.gated_delta_step(&b, &a, &z, &state, p), Err(Error::BadShape { .. })));
     let three = GatedDelta { key_heads: 3, ..p };

@@ -543,7 +543,8 @@ fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
 
 /// gated_delta_step (one Gated DeltaNet decode token) against the CPU's loops: every
 /// compiled key dim, value dims below and past a warp, GQA-style shared key heads, bf16 /
-/// f16 / f32 inputs; the output and the new state. f32 within 1e-4 of the largest value
+/// f16 / f32 inputs, inputs sliced from one row and a state at an offset; the output and
+/// the state updated in place. f32 within 1e-4 of the largest value
 /// (the kernel's rsqrt / exp are the fast intrinsics and its sums run in another order).
 fn gated_delta(cx: &mut Ctx) -> std::result::Result<(), String> {
     use kiln::GatedDelta;
@@ -561,11 +562,61 @@ fn gated_delta(cx: &mut Ctx) -> std::result::Result<(), String> {
             let (dt_bias, dc) = cx.pair(&[hv], DType::F32, 1.0).map_err(e)?;
             let (w, wc) = cx.pair(&[dv], DType::F32, 1.0).map_err(e)?;
             let p = |n, d, w| GatedDelta { neg_a: n, dt_bias: d, norm: w, eps: 1e-6, key_heads: hk };
-            let (y, s2) = qkv.gated_delta_step(&b, &a, &z, &s, p(&neg_a, &dt_bias, &w)).map_err(e)?;
-            let (yc, s2c) = qkvc.gated_delta_step(&bc, &ac, &zc, &sc, p(&nc, &dc, &wc)).map_err(e)?;
+            let y = qkv.gated_delta_step(&b, &a, &z, &s, p(&neg_a, &dt_bias, &w)).map_err(e)?;
+            let yc = qkvc.gated_delta_step(&bc, &ac, &zc, &sc, p(&nc, &dc, &wc)).map_err(e)?;
             let name = format!("gated_delta_step {dt} dk{dk} dv{dv}");
             same(&format!("{name} y"), &y, &yc, tol)?;
-            same(&format!("{name} state"), &s2, &s2c, 1e-4)?;
+            same(&format!("{name} state"), &s, &sc, 1e-4)?;
+            // Batch 1 with b, a and z slices of one projection row (read at their offsets).
+            let n = 2 * hk * dk + hv * dv;
+            let (row, rowc) = cx.pair(&[1, n + hv * dv + 2 * hv], dt, 1.0).map_err(e)?;
+            let parts = |r: &Tensor| -> kiln::Result<[Tensor; 4]> {
+                Ok([
+                    r.narrow(1, 0, n)?,
+                    r.narrow(1, n + hv * dv, hv)?,
+                    r.narrow(1, n + hv * dv + hv, hv)?,
+                    r.narrow(1, n, hv * dv)?,
+                ])
+            };
+            let ([q1, b1, a1, z1], [q1c, b1c, a1c, z1c]) =
+                (parts(&row).map_err(e)?, parts(&rowc).map_err(e)?);
+            let (s1, s1c) = (s.narrow(0, 1, 1).map_err(e)?, sc.narrow(0, 1, 1).map_err(e)?);
+            let y = q1.gated_delta_step(&b1, &a1, &z1, &s1, p(&neg_a, &dt_bias, &w)).map_err(e)?;
+            let yc = q1c.gated_delta_step(&b1c, &a1c, &z1c, &s1c, p(&nc, &dc, &wc)).map_err(e)?;
+            same(&format!("{name} sliced y"), &y, &yc, tol)?;
+            same(&format!("{name} sliced state"), &s, &sc, 1e-4)?;
+        }
+    }
+    Ok(())
+}
+
+/// causal_conv1d_update against the CPU's loops: decode (T = 1) and prompts over several
+/// of the kernel's 64-step chunks (the new state then goes through a fresh buffer), 2 to 8
+/// taps, odd channel counts, batch 1 and 2, x sliced from a wider row, bias or none, SiLU
+/// or none; y and the state updated in place.
+fn causal_conv(cx: &mut Ctx) -> std::result::Result<(), String> {
+    for (dt, tol) in [
+        (DType::F32, 1e-5),
+        (DType::F64, 1e-12),
+        (DType::BF16, tol_of(DType::BF16)),
+        (DType::F16, tol_of(DType::F16)),
+    ] {
+        for (b, t, c, k) in [(1, 1, 7, 4), (2, 1, 130, 3), (1, 70, 33, 4), (2, 150, 64, 2), (1, 3, 40, 8)] {
+            for (with_bias, silu) in [(true, false), (false, true)] {
+                let slice = |x: Tensor| x.narrow(2, 2, c);
+                let (x, xc) = cx.pair(&[b, t, c + 5], dt, 1.0).map_err(e)?;
+                let (x, xc) = (slice(x).map_err(e)?, slice(xc).map_err(e)?);
+                let (w, wc) = cx.pair(&[c, k], dt, 0.5).map_err(e)?;
+                let (bias, biasc) = cx.pair(&[c], dt, 1.0).map_err(e)?;
+                let (s, sc) = cx.pair(&[b, k - 1, c], dt, 1.0).map_err(e)?;
+                let (bias, biasc) = if with_bias { (Some(&bias), Some(&biasc)) } else { (None, None) };
+                let y = x.causal_conv1d_update(&s, &w, bias, silu).map_err(e)?;
+                let yc = xc.causal_conv1d_update(&sc, &wc, biasc, silu).map_err(e)?;
+                let name =
+                    format!("causal_conv1d_update {dt} [{b}, {t}, {c}] k{k} bias {with_bias} silu {silu}");
+                same(&format!("{name} y"), &y, &yc, tol)?;
+                same(&format!("{name} state"), &s, &sc, tol)?;
+            }
         }
     }
     Ok(())
@@ -586,6 +637,7 @@ fn main() -> ExitCode {
         ("indexing", indexing),
         ("rotary", rotary),
         ("gated_delta", gated_delta),
+        ("causal_conv", causal_conv),
         ("creation", creation),
     ];
     kiln::testing::run("gpu_parity", cases)

@@ -1,31 +1,38 @@
 //! One decode token of a Gated DeltaNet layer (the reference of `kernels/gated_delta.cu`),
 //! in f32, the (batch, value head) pairs in parallel.
 
-use super::CpuBuffer;
+use super::{at_slice, At, CpuBuffer};
 use crate::dtype::Elem;
 use crate::DType;
 use rayon::prelude::*;
 
-/// The contiguous buffers of `ops/gated_delta.rs` (its docs give the shapes), dims
-/// `[batch, hk, hv, dk, dv]` → `(y [B, hv·dv] in dt, new state [B, hv, dk, dv] f32)`.
-#[allow(clippy::too_many_arguments)]
+/// The contiguous views of `ops/gated_delta.rs` (its docs give the shapes), dims
+/// `[batch, hk, hv, dk, dv]` → `y [B, hv·dv]` in dt; the f32 state `[B, hv, dk, dv]` (from
+/// element `state.1` of `state.0`) is updated in place.
 pub fn gated_delta_step(
-    [qkv, b, a, z]: [&CpuBuffer; 4],
-    state: &CpuBuffer,
-    [neg_a, dt_bias, norm]: [&CpuBuffer; 3],
-    [_, hk, hv, dk, dv]: [usize; 5],
+    [qkv, b, a, z]: [At; 4],
+    state: (&mut CpuBuffer, usize),
+    [neg_a, dt_bias, norm]: [At; 3],
+    [batch, hk, hv, dk, dv]: [usize; 5],
     eps: f64,
     dt: DType,
-) -> (CpuBuffer, CpuBuffer) {
+) -> CpuBuffer {
     crate::with_dtype!(dt, T, {
         let f = |x: T| x.to_f64() as f32;
-        let (qkv, b, a, z) = (qkv.as_slice::<T>(), b.as_slice::<T>(), a.as_slice::<T>(), z.as_slice::<T>());
-        let (neg_a, dt_bias, w) =
-            (neg_a.as_slice::<f32>(), dt_bias.as_slice::<f32>(), norm.as_slice::<f32>());
         let channels = 2 * hk * dk + hv * dv;
+        let (rows, heads) = (batch * hv, batch * hv * dv);
+        let (qkv, b, a, z) = (
+            at_slice::<T>(qkv, batch * channels),
+            at_slice::<T>(b, rows),
+            at_slice::<T>(a, rows),
+            at_slice::<T>(z, heads),
+        );
+        let (neg_a, dt_bias, w) =
+            (at_slice::<f32>(neg_a, hv), at_slice::<f32>(dt_bias, hv), at_slice::<f32>(norm, dv));
         let q_scale = 1.0 / (dk as f32).sqrt();
-        let mut new_state = state.as_slice::<f32>().to_vec();
-        let mut y = vec![T::from_f64(0.0); b.len() * dv];
+        let (buf, at) = state;
+        let new_state = &mut buf.as_mut_slice::<f32>()[at..at + batch * hv * dk * dv];
+        let mut y = vec![T::from_f64(0.0); batch * hv * dv];
         new_state.par_chunks_mut(dk * dv).zip(y.par_chunks_mut(dv)).enumerate().for_each(|(bh, (s, y))| {
             let (batch, h) = (bh / hv, bh % hv);
             let kh = h / (hv / hk);
@@ -57,6 +64,6 @@ pub fn gated_delta_step(
                 y[j] = T::from_f64((o[j] * inv * w[j] * (zv / (1.0 + (-zv).exp()))) as f64);
             }
         });
-        (CpuBuffer::from_vec(y), CpuBuffer::from_vec(new_state))
+        CpuBuffer::from_vec(y)
     })
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod attention;
 mod buffer;
+pub(crate) mod causal_conv;
 pub(crate) mod elementwise;
 pub(crate) mod gated_delta;
 pub mod gemv;
@@ -20,6 +21,14 @@ pub(crate) mod scaled_mm;
 pub(crate) mod topk;
 
 pub(crate) use buffer::CpuBuffer;
+
+/// A buffer and the element its contiguous view starts at.
+pub(crate) type At<'a> = (&'a CpuBuffer, usize);
+
+/// The `n` elements of `T` from an [`At`]'s start.
+pub(crate) fn at_slice<T: Elem>((buf, at): At<'_>, n: usize) -> &[T] {
+    &buf.as_slice::<T>()[at..at + n]
+}
 
 use crate::dtype::Elem;
 use crate::layout::Layout;

@@ -3,6 +3,9 @@
 //!   — a layer at decode. On CUDA the experts kernel of `kernels/gemv.cu` streams only the
 //!   chosen experts' weights, with no gathered copy and no host sync; shapes it declines
 //!   (and the CPU) take reference paths with the same result.
+//! - `expert_swiglu_sum`: the rest of a decode step's experts — SwiGLU of the gate_up
+//!   products, the down projection of each slot's expert and the router-weighted sum — as
+//!   one launch on CUDA (`kernels/gemv.cu`); the CPU composes the same ops.
 //! - `expert_groups`: the (token, slot) pairs grouped by expert — a prompt, whose experts
 //!   then run as `grouped_mm`s. On CUDA a counting sort in `kernels/expert_groups.cu`, no
 //!   host sync.
@@ -159,6 +162,83 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// A mixture-of-experts block's output after its gate_up products `self` `[T, k, 2·I]`
+    /// (gate the first `I` of each row, up the rest): `y[t] = Σ_j weights[t, j] ·
+    /// down[experts[t, j]] · (silu(gate[t, j]) · up[t, j])`, with `down` `[E, N, I]` stacked
+    /// experts (F.linear's `[out, in]`), `experts` `[T, k]` of any integer dtype and
+    /// `weights` `[T, k]` of a float dtype (the router's) → `[T, N]` in `self`'s dtype.
+    /// The SwiGLU product is rounded to the dtype as `silu_mul` stores it; the weighted sum
+    /// runs in f32 and is rounded once. Indices follow [`Tensor::expert_linear`] (negative
+    /// wraps once; still outside `[0, E)`: an error on the CPU, nothing added on the GPU).
+    /// On CUDA one launch (no host sync); elsewhere, and for shapes the kernel declines,
+    /// the composed `silu_mul` → `expert_linear` → weighted sum.
+    pub fn expert_swiglu_sum(&self, down: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Tensor> {
+        const OP: &str = "expert_swiglu_sum";
+        for t in [down, experts, weights] {
+            self.check_same_device(t, OP)?;
+        }
+        if self.dtype != down.dtype {
+            return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: down.dtype });
+        }
+        check_index_dtype(OP, experts)?;
+        if !weights.dtype.is_float() {
+            return Err(Error::DTypeNotSupported {
+                op: OP,
+                got: weights.dtype,
+                expected: "a floating dtype",
+            });
+        }
+        let (xs, ds, es) = (self.shape(), down.shape(), experts.shape());
+        let shapes_fit = matches!((xs, ds, es), ([xt, xk, x2i], [_, _, i], [et, ek])
+            if xt == et && xk == ek && *x2i == 2 * i);
+        if !shapes_fit || weights.shape() != es {
+            return Err(Error::bad_shape(
+                OP,
+                format!(
+                    "needs x [T, k, 2·I], down [E, N, I], experts and weights [T, k]; got x {xs:?}, down {ds:?}, experts {es:?}, weights {:?}",
+                    weights.shape()
+                ),
+            ));
+        }
+        let (t, k, n, i) = (es[0], es[1], ds[1], ds[2]);
+        if t * k == 0 {
+            return Tensor::zeros(&[t, n], self.dtype, self.device);
+        }
+        if ds[0] == 0 {
+            return Err(Error::IndexOutOfRange { op: OP, index: 0, size: 0 });
+        }
+        let weights = weights.to_dtype(crate::DType::F32)?.dense()?;
+        if let Device::Cuda(_) = self.device {
+            let why = crate::cuda::ops::gemv::experts_sum_declines(t, k, &down.layout, self.dtype);
+            let Some(why) = why else {
+                let buf = match (&*self.read(), &*down.read(), &*experts.read(), &*weights.read()) {
+                    (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(e), Storage::Cuda(r)) => {
+                        crate::cuda::ops::gemv::expert_swiglu_sum(
+                            x,
+                            &self.layout,
+                            w,
+                            &down.layout,
+                            e,
+                            &experts.layout,
+                            experts.dtype,
+                            r,
+                            weights.layout.offset,
+                            self.dtype,
+                        )?
+                    }
+                    _ => unreachable!("devices checked above"),
+                };
+                return Ok(Tensor::from_storage(Storage::Cuda(buf), &[t, n], self.dtype, self.device));
+            };
+            tracing::debug!("{OP} {t}x{k} of {ds:?} {}: composed path ({why})", self.dtype);
+        }
+        let y = self.narrow(-1, 0, i)?.silu_mul(&self.narrow(-1, i, i)?)?.expert_linear(down, experts)?;
+        let f32 = crate::DType::F32;
+        weights.unsqueeze(1)?.matmul(&y.to_dtype(f32)?)?.reshape(&[t, n])?.to_dtype(self.dtype)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{DType, Device, Tensor};
@@ -193,6 +273,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The fused SwiGLU + down + weighted sum equals its parts in f64, a negative index
+    /// wraps, and bad shapes are refused.
+    #[test]
+    fn expert_swiglu_sum_is_its_parts() {
+        let (e, n, i, t, k) = (5, 7, 6, 3, 2);
+        let down = randn(&[e, n, i], 1);
+        let x = randn(&[t, k, 2 * i], 2);
+        let experts = Tensor::from_vec(vec![3i64, 0, -1, 3, 2, 1], &[t, k], Device::Cpu).unwrap();
+        let weights = randn(&[t, k], 3);
+        let y = x.expert_swiglu_sum(&down, &experts, &weights).unwrap();
+        assert_eq!(y.shape(), [t, n]);
+        let f = |v: &Tensor| v.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+        let (dv, xv, wv, yv) = (f(&down), f(&x), f(&weights), f(&y));
+        let chosen = [3usize, 0, 4, 3, 2, 1];
+        for tok in 0..t {
+            for o in 0..n {
+                let want: f64 = (0..k)
+                    .map(|j| {
+                        let (s, ex) = (tok * k + j, chosen[tok * k + j]);
+                        let act = |c: usize| {
+                            let (g, u) = (xv[s * 2 * i + c], xv[s * 2 * i + i + c]);
+                            g / (1.0 + (-g).exp()) * u
+                        };
+                        wv[s] * (0..i).map(|c| dv[(ex * n + o) * i + c] * act(c)).sum::<f64>()
+                    })
+                    .sum();
+                let got = yv[tok * n + o];
+                assert!(
+                    (got - want).abs() < 1e-5 * (1.0 + want.abs()),
+                    "token {tok} out {o}: {got} vs {want}"
+                );
+            }
+        }
+        let msg = |r: crate::Result<Tensor>| r.unwrap_err().to_string();
+        assert!(
+            msg(randn(&[t, k, 2 * i + 1], 2).expert_swiglu_sum(&down, &experts, &weights)).contains("2·I")
+        );
+        assert!(msg(x.expert_swiglu_sum(&down, &experts, &randn(&[t, k + 1], 3))).contains("weights"));
+        let far = Tensor::from_vec(vec![0i64, 5, 0, 0, 0, 0], &[t, k], Device::Cpu).unwrap();
+        assert!(msg(x.expert_swiglu_sum(&down, &far, &weights)).contains("out of range"));
     }
 
     /// Groups in expert order, pairs in order within a group, and the round trip

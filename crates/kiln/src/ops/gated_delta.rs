@@ -37,9 +37,11 @@ impl Tensor {
     /// One token through a Gated DeltaNet layer's recurrence (the module docs):
     /// `self` is `[B, 2·hk·dk + hv·dv]` — q's key heads, k's, then v's value heads, after
     /// the causal convolution and SiLU — `b` and `a` `[B, hv]` the gate projections, `z`
-    /// `[B, hv·dv]` the output gate, all in one float dtype; `state` `[B, hv, dk, dv]` f32.
-    /// Returns `(y [B, hv·dv], the new state)`. On CUDA the key dim must be 16, 32, 64 or
-    /// 128 and the value dim at most 1024.
+    /// `[B, hv·dv]` the output gate, all in one float dtype; `state` `[B, hv, dk, dv]` f32,
+    /// contiguous, is updated in place (it must not share an input's storage). Returns
+    /// `y [B, hv·dv]`. Inputs that are contiguous at any offset (slices of one fused
+    /// projection's row) are read where they are. On CUDA the key dim must be 16, 32, 64
+    /// or 128 and the value dim at most 1024.
     pub fn gated_delta_step(
         &self,
         b: &Tensor,
@@ -47,7 +49,7 @@ impl Tensor {
         z: &Tensor,
         state: &Tensor,
         p: GatedDelta,
-    ) -> Result<(Tensor, Tensor)> {
+    ) -> Result<Tensor> {
         const OP: &str = "gated_delta_step";
         let dt = self.dtype;
         if !matches!(dt, DType::F16 | DType::BF16 | DType::F32) {
@@ -79,7 +81,7 @@ impl Tensor {
         if hk == 0 || !hv.is_multiple_of(hk) {
             return Err(Error::bad_shape(OP, format!("{hk} key heads must divide the {hv} value heads")));
         }
-        for (t, shape, name) in want {
+        for (t, shape, name) in &want {
             if t.shape() != shape.as_slice() {
                 return Err(Error::bad_shape(
                     OP,
@@ -91,28 +93,49 @@ impl Tensor {
                 ));
             }
         }
+        if !state.is_contiguous() {
+            return Err(Error::invalid(OP, "the state must be contiguous: it is updated in place"));
+        }
+        if want.iter().any(|(t, _, _)| state.same_storage(t)) {
+            return Err(Error::invalid(OP, "the state must not share the storage of an input"));
+        }
         let dims = [batch, hk, hv, dk, dv];
-        let ts = [self, b, a, z, state, p.neg_a, p.dt_bias, p.norm].map(|t| t.dense());
-        let [x, b, a, z, state, neg_a, dt_bias, norm] = ts;
-        let ts = [x?, b?, a?, z?, state?, neg_a?, dt_bias?, norm?];
-        let guards = ts.each_ref().map(|t| t.read());
-        let (y, s) = match guards.each_ref().map(|g| &**g) {
-            [Storage::Cpu(x), Storage::Cpu(b), Storage::Cpu(a), Storage::Cpu(z), Storage::Cpu(s), Storage::Cpu(n), Storage::Cpu(d), Storage::Cpu(w)] =>
-            {
-                let (y, s) = cpu::gated_delta::gated_delta_step([x, b, a, z], s, [n, d, w], dims, p.eps, dt);
-                (Storage::Cpu(y), Storage::Cpu(s))
-            }
-            [Storage::Cuda(qkv), Storage::Cuda(b), Storage::Cuda(a), Storage::Cuda(z), Storage::Cuda(state), Storage::Cuda(neg_a), Storage::Cuda(dt_bias), Storage::Cuda(norm)] =>
-            {
-                let bufs = GatedDeltaBuffers { qkv, b, a, z, state, neg_a, dt_bias, norm };
-                let (y, s) = crate::cuda::ops::gated_delta_step(bufs, dims, p.eps, dt)?;
-                (Storage::Cuda(y), Storage::Cuda(s))
+        let ts = [self, b, a, z, p.neg_a, p.dt_bias, p.norm].map(|t| t.packed());
+        let [x, b, a, z, neg_a, dt_bias, norm] = ts;
+        let ts = [x?, b?, a?, z?, neg_a?, dt_bias?, norm?];
+        let guards = ts.each_ref().map(|t| (t.read(), t.layout.offset));
+        let mut sg = state.write(OP)?;
+        let s_at = state.layout.offset;
+        let y = match (guards.each_ref().map(|(g, at)| (&**g, *at)), &mut *sg) {
+            (
+                [(Storage::Cpu(x), xo), (Storage::Cpu(b), bo), (Storage::Cpu(a), ao), (Storage::Cpu(z), zo), (Storage::Cpu(n), no), (Storage::Cpu(d), doff), (Storage::Cpu(w), wo)],
+                Storage::Cpu(s),
+            ) => Storage::Cpu(cpu::gated_delta::gated_delta_step(
+                [(x, xo), (b, bo), (a, ao), (z, zo)],
+                (s, s_at),
+                [(n, no), (d, doff), (w, wo)],
+                dims,
+                p.eps,
+                dt,
+            )),
+            (
+                [(Storage::Cuda(qkv), xo), (Storage::Cuda(b), bo), (Storage::Cuda(a), ao), (Storage::Cuda(z), zo), (Storage::Cuda(neg_a), no), (Storage::Cuda(dt_bias), doff), (Storage::Cuda(norm), wo)],
+                Storage::Cuda(state),
+            ) => {
+                let bufs = GatedDeltaBuffers {
+                    qkv: (qkv, xo),
+                    b: (b, bo),
+                    a: (a, ao),
+                    z: (z, zo),
+                    state: (state, s_at),
+                    neg_a: (neg_a, no),
+                    dt_bias: (dt_bias, doff),
+                    norm: (norm, wo),
+                };
+                Storage::Cuda(crate::cuda::ops::gated_delta_step(bufs, dims, p.eps, dt)?)
             }
             _ => unreachable!("devices checked above"),
         };
-        Ok((
-            Tensor::from_storage(y, &[batch, hv * dv], dt, self.device),
-            Tensor::from_storage(s, &[batch, hv, dk, dv], DType::F32, self.device),
-        ))
+        Ok(Tensor::from_storage(y, &[batch, hv * dv], dt, self.device))
     }
 }

@@ -80,6 +80,35 @@ impl Tensor {
         }
     }
 
+    /// `F.linear(silu(gate) · up, weight, bias)` for `self` `[..., 2·I]` holding gate then up
+    /// (an MLP's gate_up output) and `weight` `[out, I]`: SwiGLU and the down projection.
+    /// On CUDA one row (a decode step) runs both in one GEMV launch, the product rounded
+    /// to the dtype as `silu_mul` stores it, so the result is the composed one's; anything
+    /// else runs `silu_mul`, then `linear`.
+    pub fn swiglu_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        const OP: &str = "swiglu_linear";
+        let two_i = *self.shape().last().ok_or_else(|| Error::bad_shape(OP, "x must have a last dim"))?;
+        if two_i % 2 != 0 {
+            return Err(Error::bad_shape(OP, format!("x's last dim {two_i} must be 2·I (gate, then up)")));
+        }
+        let i = two_i / 2;
+        let fused = self.device.is_cuda()
+            && self.numel() == two_i
+            && weight.rank() == 2
+            && weight.shape()[1] == i
+            && weight.device == self.device
+            && weight.dtype == self.dtype
+            && bias.is_none_or(|b| {
+                b.device == self.device && b.dtype == self.dtype && b.shape() == [weight.shape()[0]]
+            })
+            && crate::cuda::ops::gemv::declines(1, weight.shape()[0], i, &weight.layout, self.dtype)
+                .is_none();
+        if !fused {
+            return self.narrow(-1, 0, i)?.silu_mul(&self.narrow(-1, i, i)?)?.linear(weight, bias);
+        }
+        self.cuda_gemv(weight, bias, true)
+    }
+
     /// The GEMV path of `linear` and `matmul` (`cuda/ops/gemv.rs`, `cpu/gemv.rs`): `None`
     /// sends the call to the general path, which also reports any shape / dtype / device
     /// error.
@@ -99,20 +128,33 @@ impl Tensor {
             tracing::debug!("linear {rows}x[{n}, {k}] {}: cuBLAS path ({why})", self.dtype);
             return Ok(None);
         }
+        self.cuda_gemv(weight, bias, false).map(Some)
+    }
+
+    /// The CUDA GEMV launch of [`Tensor::linear`] (and with `swiglu`, of
+    /// [`Tensor::swiglu_linear`]) once its callers checked devices, dtypes and shapes:
+    /// `self` `[..., K or 2·K]`, `weight` `[N, K]` → `[..., N]`.
+    fn cuda_gemv(&self, weight: &Tensor, bias: Option<&Tensor>, swiglu: bool) -> Result<Tensor> {
         let bias_storage = bias.map(|b| b.read());
         let bias_arg = match (bias_storage.as_deref(), bias) {
             (Some(Storage::Cuda(b)), Some(bt)) => Some((b, &bt.layout)),
             _ => None,
         };
         let buf = match (&*self.read(), &*weight.read()) {
-            (Storage::Cuda(x), Storage::Cuda(w)) => {
-                crate::cuda::ops::gemv::linear(x, &self.layout, w, &weight.layout, bias_arg, self.dtype)?
-            }
+            (Storage::Cuda(x), Storage::Cuda(w)) => crate::cuda::ops::gemv::linear(
+                x,
+                &self.layout,
+                w,
+                &weight.layout,
+                bias_arg,
+                swiglu,
+                self.dtype,
+            )?,
             _ => unreachable!("devices checked above"),
         };
         let mut shape = self.shape()[..self.rank() - 1].to_vec();
-        shape.push(n);
-        Ok(Some(Tensor::from_storage(Storage::Cuda(buf), &shape, self.dtype, self.device)))
+        shape.push(weight.shape()[0]);
+        Ok(Tensor::from_storage(Storage::Cuda(buf), &shape, self.dtype, self.device))
     }
     /// `torch._grouped_mm(self, b, offs)` for a 2-D `self` `[M, K]` and `b` `[G, K, N]`
     /// (the mixture-of-experts case): rows `offs[g-1]..offs[g]` of `self` times `b[g]`,
@@ -266,6 +308,27 @@ fn cpu_matmul(x: &CpuBuffer, a: &Tensor, y: &CpuBuffer, b: &Tensor) -> Result<Cp
 #[cfg(test)]
 mod tests {
     use crate::{DType, Device, Tensor};
+
+    /// swiglu_linear is silu(gate) · up, then linear; an odd last dim is refused.
+    #[test]
+    fn swiglu_linear_is_silu_mul_then_linear() {
+        let x = Tensor::randn(&[2, 6], 1, DType::F64, Device::Cpu).unwrap();
+        let (w, b) = (
+            Tensor::randn(&[4, 3], 2, DType::F64, Device::Cpu).unwrap(),
+            Tensor::randn(&[4], 3, DType::F64, Device::Cpu).unwrap(),
+        );
+        let got = x.swiglu_linear(&w, Some(&b)).unwrap().to_vec::<f64>().unwrap();
+        let (xv, wv, bv) =
+            (x.to_vec::<f64>().unwrap(), w.to_vec::<f64>().unwrap(), b.to_vec::<f64>().unwrap());
+        for r in 0..2 {
+            for o in 0..4 {
+                let act = |c: usize| xv[r * 6 + c] / (1.0 + (-xv[r * 6 + c]).exp()) * xv[r * 6 + 3 + c];
+                let want = bv[o] + (0..3).map(|c| wv[o * 3 + c] * act(c)).sum::<f64>();
+                assert!((got[r * 4 + o] - want).abs() < 1e-12, "row {r} out {o}");
+            }
+        }
+        assert!(x.narrow(1, 0, 5).unwrap().swiglu_linear(&w, None).unwrap_err().to_string().contains("2·I"));
+    }
 
     /// Each row of the output is its row of A times its group's B (f64 reference); an
     /// empty group gives no rows and rows past the last end are zero; bf16 rounds once.

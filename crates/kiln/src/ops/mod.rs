@@ -4,6 +4,7 @@
 
 mod attention;
 mod cast;
+mod causal_conv;
 mod conv;
 mod create;
 mod elementwise;
@@ -27,6 +28,7 @@ mod topk;
 mod view;
 
 pub use attention::Sdpa;
+pub use causal_conv::CAUSAL_CONV_MAX_TAPS;
 pub use conv::Conv;
 pub use create::RandKind;
 pub(crate) use elementwise::kernel_op_codes;

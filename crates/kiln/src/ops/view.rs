@@ -27,6 +27,15 @@ impl Tensor {
         self.copy_as(self.dtype)
     }
 
+    /// This view when it is contiguous at any offset (a slice of a fused projection's row
+    /// qualifies), else a contiguous copy: for kernels that take a start element.
+    pub(crate) fn packed(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        self.copy_as(self.dtype)
+    }
+
     /// A view with a new shape; the tensor must be contiguous (else use `reshape`).
     pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
         if numel(shape) != self.numel() {

@@ -51,6 +51,10 @@ template <typename T, typename A> __device__ __forceinline__ T down(A v) { retur
 template <> __device__ __forceinline__ kh down<kh, float>(float v) { return f2h(v); }
 template <> __device__ __forceinline__ kbf down<kbf, float>(float v) { return f2bf(v); }
 
+// SwiGLU's product silu(x) · y, in the compute type F (float for 16-bit types): the
+// elementwise silu_mul and the GEMV's fused activation compute it alike.
+template <typename F> __device__ __forceinline__ F silu_mul(F x, F y) { return x / ((F)1 + exp(-x)) * y; }
+
 // FP8 cvt / mma need sm_89+ (scaled_mm.cu, fp8_linear.cu: below that their bodies trap,
 // and the launchers refuse first).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890

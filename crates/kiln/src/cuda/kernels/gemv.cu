@@ -51,7 +51,8 @@ template <int VB> struct Raw { unsigned int w[VB >= 4 ? VB / 4 : 1]; };
 KILN_GEMV_LOAD(ld_weight, ".L1::no_allocate.L2::256B")
 KILN_GEMV_LOAD(ld_x, "")
 
-// Element e of a load as float (16-bit types: two per 32-bit word, low half first).
+// Element e of a load as float (16-bit types: two per 32-bit word, low half first), and
+// the reverse, rounding to T.
 template <typename T, int VB> __device__ __forceinline__ float elem(const Raw<VB>& r, int e) {
     if constexpr (sizeof(T) == 4) {
         return __uint_as_float(r.w[e]);
@@ -61,14 +62,43 @@ template <typename T, int VB> __device__ __forceinline__ float elem(const Raw<VB
         return up<float>(v);
     }
 }
+template <typename T, int VB> __device__ __forceinline__ void set_elem(Raw<VB>& r, int e, float f) {
+    if constexpr (sizeof(T) == 4) {
+        r.w[e] = __float_as_uint(f);
+    } else {
+        const unsigned int bits = down<T>(f).x, shift = 16 * (e & 1);
+        r.w[e >> 1] = (r.w[e >> 1] & ~(0xffffu << shift)) | (bits << shift);
+    }
+}
+
+// An x row as the dot products read it, piece c (VB bytes) at a time.
+// PlainX: the row as stored.
+template <typename T, int VB> struct PlainX {
+    const char* p;
+    __device__ __forceinline__ Raw<VB> load(i64 c) const { return ld_x<VB>(p + c * VB); }
+};
+// SwigluX: silu(gate) · up of a gate_up row (up `up_bytes` after gate), rounded to T as the
+// separate silu_mul launch would store it, so fusing it changes no bit of the product.
+template <typename T, int VB> struct SwigluX {
+    const char* p;
+    i64 up_bytes;
+    __device__ __forceinline__ Raw<VB> load(i64 c) const {
+        constexpr int E = VB / (int)sizeof(T);
+        const Raw<VB> g = ld_x<VB>(p + c * VB), u = ld_x<VB>(p + up_bytes + c * VB);
+        Raw<VB> r = g;
+#pragma unroll
+        for (int e = 0; e < E; ++e) set_elem<T>(r, e, silu_mul(elem<T>(g, e), elem<T>(u, e)));
+        return r;
+    }
+};
 
 // U pieces (step apart from piece c, of kc per row) of R weight rows against MM x rows.
 // All R*U weight loads are issued before any is used. TAIL: some of the U pieces may lie
 // past the row; they load piece kc-1 instead (so loads stay unconditional and in flight
 // together) and are not added.
-template <typename T, int VB, int R, int U, int MM, bool TAIL>
-__device__ __forceinline__ void accumulate(const char* const (&wr)[R], const char* const (&xr)[MM], int c,
-                                           int step, int kc, float (&acc)[R][MM]) {
+template <typename T, int VB, int R, int U, int MM, bool TAIL, typename X>
+__device__ __forceinline__ void accumulate(const char* const (&wr)[R], const X (&xr)[MM], int c, int step,
+                                           int kc, float (&acc)[R][MM]) {
     constexpr int E = VB / (int)sizeof(T);
     Raw<VB> wv[U][R];
 #pragma unroll
@@ -82,7 +112,7 @@ __device__ __forceinline__ void accumulate(const char* const (&wr)[R], const cha
         if (TAIL && c + u * step >= kc) break;
 #pragma unroll
         for (int m = 0; m < MM; ++m) {
-            const Raw<VB> xv = ld_x<VB>(xr[m] + (i64)(c + u * step) * VB);
+            const Raw<VB> xv = xr[m].load(c + u * step);
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 const float xe = elem<T>(xv, e);
@@ -93,32 +123,30 @@ __device__ __forceinline__ void accumulate(const char* const (&wr)[R], const cha
     }
 }
 
-template <typename T, int VB, int R, int U, int MM>
-__device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bias, i64 bs, T* out,
-                                     int M, int N, int K, int G) {
-    __shared__ float part[GEMV_MAX_WARPS][R * MM];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % G;
-    const int groups = (int)(blockDim.x >> 5) / G;
-    const i64 n0 = ((i64)blockIdx.x * groups + warp / G) * R;
-    const int kc = K / (VB / (int)sizeof(T)), step = 32 * G;
-
-    // Rows past N (last block) re-read row N-1: no divergence, nothing stored.
-    const char* wr[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) wr[r] = (const char*)(w + (n0 + r < N ? n0 + r : (i64)N - 1) * (i64)K);
-    const char* xr[MM];
-#pragma unroll
-    for (int m = 0; m < MM; ++m) xr[m] = (const char*)(x + (i64)(m < M ? m : M - 1) * xs);
-
-    float acc[R][MM];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int m = 0; m < MM; ++m) acc[r][m] = 0.f;
-    int c = g * 32 + lane;
+// This lane's partial dot products of R weight rows with MM x rows over pieces c0,
+// c0 + step, ... of kc (added to acc).
+template <typename T, int VB, int R, int U, int MM, typename X>
+__device__ __forceinline__ void dot_rows(const char* const (&wr)[R], const X (&xr)[MM], int c0, int step, int kc,
+                                         float (&acc)[R][MM]) {
+    int c = c0;
     for (; c + (U - 1) * step < kc; c += U * step) accumulate<T, VB, R, U, MM, false>(wr, xr, c, step, kc, acc);
     if (c < kc) accumulate<T, VB, R, U, MM, true>(wr, xr, c, step, kc, acc);
+}
 
+// Row n of R rows from n0 (past N: row N-1 re-read, no divergence, nothing stored).
+template <int R> __device__ __forceinline__ void weight_rows(const char* (&wr)[R], const char* w, i64 n0, int N,
+                                                             int K, int size) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) wr[r] = w + (n0 + r < N ? n0 + r : (i64)N - 1) * (i64)K * size;
+}
+
+// Sums each lane's partials over the warp, then over the G warps of the row group (in
+// shared memory, in a fixed order: deterministic), and the group's first warp stores
+// out[m, n0 + r] (+ bias): lane r*MM + m writes it.
+template <typename T, int R, int MM>
+__device__ __forceinline__ void store_rows(float (&acc)[R][MM], float (*part)[R * MM], int G, const T* bias,
+                                           i64 bs, T* out, i64 n0, int M, int N) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -132,8 +160,7 @@ __device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bi
         }
         __syncthreads();
     }
-    if (g != 0) return;
-    // The group's first warp stores: lane r*MM + m writes out[m, n0 + r].
+    if (warp % G != 0) return;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -147,6 +174,31 @@ __device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bi
             }
         }
     }
+}
+
+// X's row type: the row as stored, or (SWIGLU) silu(gate) · up of a [2K] gate_up row.
+template <bool SWIGLU, typename T, int VB> struct XRow { typedef PlainX<T, VB> type; };
+template <typename T, int VB> struct XRow<true, T, VB> { typedef SwigluX<T, VB> type; };
+
+// The G warps of a row group interleave over K (split-K).
+template <typename T, int VB, int R, int U, int MM, bool SWIGLU = false>
+__device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bias, i64 bs, T* out,
+                                     int M, int N, int K, int G) {
+    __shared__ float part[GEMV_MAX_WARPS][R * MM];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % G;
+    const int groups = (int)(blockDim.x >> 5) / G;
+    const i64 n0 = ((i64)blockIdx.x * groups + warp / G) * R;
+    const char* wr[R];
+    weight_rows<R>(wr, (const char*)w, n0, N, K, sizeof(T));
+    typename XRow<SWIGLU, T, VB>::type xr[MM];
+#pragma unroll
+    for (int m = 0; m < MM; ++m) {
+        xr[m].p = (const char*)(x + (i64)(m < M ? m : M - 1) * xs);
+        if constexpr (SWIGLU) xr[m].up_bytes = (i64)K * sizeof(T);
+    }
+    float acc[R][MM] = {};
+    dot_rows<T, VB, R, U, MM>(wr, xr, g * 32 + lane, 32 * G, K / (VB / (int)sizeof(T)), acc);
+    store_rows<T, R, MM>(acc, part, G, bias, bs, out, n0, M, N);
 }
 
 // Mixture-of-experts decode: slot s = blockIdx.y multiplies x row s / per_row (xs apart)
@@ -169,14 +221,53 @@ __device__ __forceinline__ void gemv_experts(const T* x, i64 xs, int per_row, co
     gemv<T, VB, R, U, 1>(x + (i64)(s / per_row) * xs, xs, w + e * N * (i64)K, nullptr, 0, o, 1, N, K, G);
 }
 
-// gemv_<dtype>_b<VB>_r<R>_u<U>_m<MM> and gemv_experts_<dtype>_b<VB>_r<R>_u<U>;
-// cuda/ops/gemv.rs lists the same tiles (TILES).
+// The down projection of a mixture-of-experts decode step and the routed sum in one:
+// out[t, :N] = sum_j weights[t, j] * down[experts[t, j]] · swiglu(x[t, j]) for token
+// t = blockIdx.y, where x[t, j] is the gate_up output row of slot j (xs apart; up at +up_off
+// elements) and down is stacked [E, N, K]. The G warps of a row group split the k slots
+// (each runs whole rows), so a block keeps as many loads in flight as one per slot did;
+// their weighted partials meet in shared memory in slot order. The f32 sum is rounded
+// once. An index outside [-E, E) adds nothing (expert_linear's zero row).
+template <typename T, int VB, int R, int U>
+__device__ __forceinline__ void gemv_experts_sum(const T* x, i64 xs, i64 up_off, const T* w, const i64* experts,
+                                                 const float* weights, int k, int E, T* out, int N, int K, int G) {
+    __shared__ float part[GEMV_MAX_WARPS][R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % G;
+    const int groups = (int)(blockDim.x >> 5) / G;
+    const i64 n0 = ((i64)blockIdx.x * groups + warp / G) * R, t = blockIdx.y;
+    float tot[R][1] = {};
+    for (int j = g; j < k; j += G) {
+        i64 e = experts[t * k + j];
+        if (e < 0) e += E;
+        if (e < 0 || e >= E) continue;
+        const char* wr[R];
+        weight_rows<R>(wr, (const char*)(w + e * N * (i64)K), n0, N, K, sizeof(T));
+        const SwigluX<T, VB> xr[1] = {{(const char*)(x + (t * k + j) * xs), up_off * (i64)sizeof(T)}};
+        float acc[R][1] = {};
+        dot_rows<T, VB, R, U, 1>(wr, xr, lane, 32, K / (VB / (int)sizeof(T)), acc);
+        const float wj = weights[t * k + j];
+#pragma unroll
+        for (int r = 0; r < R; ++r) tot[r][0] = fmaf(wj, acc[r][0], tot[r][0]);
+    }
+    store_rows<T, R, 1>(tot, part, G, (const T*)nullptr, 0, out + t * N, n0, 1, N);
+}
+
+// gemv_<dtype>_b<VB>_r<R>_u<U>_m<MM>, gemv_swiglu_<dtype>_b<VB>_r<R>_u<U> (one x row, a
+// [2K] gate_up row: an MLP's down projection), gemv_experts_<dtype>_b<VB>_r<R>_u<U> and
+// gemv_experts_sum_<dtype>_b<VB>_r<R>_u<U>; cuda/ops/gemv.rs lists the same tiles (TILES).
 #define KILN_GEMV(S, T, VB, R, U, MM)                                                              \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
         gemv_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,       \
                                                i64 bs, T* out, int M, int N, int K, int G) {        \
         kiln_after_previous_kernel();                                                              \
         gemv<T, VB, R, U, MM>(x, xs, w, bias, bs, out, M, N, K, G);                               \
+    }
+#define KILN_GEMV_SWIGLU(S, T, VB, R, U)                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
+        gemv_swiglu_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, const T* w, const T* bias, i64 bs, \
+                                              T* out, int M, int N, int K, int G) {                \
+        kiln_after_previous_kernel();                                                              \
+        gemv<T, VB, R, U, 1, true>(x, xs, w, bias, bs, out, M, N, K, G);                           \
     }
 #define KILN_GEMV_EXPERTS(S, T, VB, R, U)                                                          \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
@@ -185,10 +276,17 @@ __device__ __forceinline__ void gemv_experts(const T* x, i64 xs, int per_row, co
                                                int G) {                                             \
         kiln_after_previous_kernel();                                                              \
         gemv_experts<T, VB, R, U>(x, xs, per_row, w, experts, E, out, N, K, G);                    \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
+        gemv_experts_sum_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, i64 up_off, const T* w,        \
+                                                   const i64* experts, const float* weights, int k, \
+                                                   int E, T* out, int N, int K, int G) {            \
+        kiln_after_previous_kernel();                                                              \
+        gemv_experts_sum<T, VB, R, U>(x, xs, up_off, w, experts, weights, k, E, out, N, K, G);      \
     }
 #define KILN_GEMV_TILE(S, T, VB, R, U)                                                             \
     KILN_GEMV(S, T, VB, R, U, 1) KILN_GEMV(S, T, VB, R, U, 2) KILN_GEMV(S, T, VB, R, U, 4)         \
-    KILN_GEMV(S, T, VB, R, U, 8) KILN_GEMV_EXPERTS(S, T, VB, R, U)
+    KILN_GEMV(S, T, VB, R, U, 8) KILN_GEMV_SWIGLU(S, T, VB, R, U) KILN_GEMV_EXPERTS(S, T, VB, R, U)
 #define KILN_GEMV_TILES(S, T)                                                                      \
     KILN_GEMV_TILE(S, T, 16, 1, 4) KILN_GEMV_TILE(S, T, 16, 1, 8) KILN_GEMV_TILE(S, T, 16, 2, 4)   \
     KILN_GEMV_TILE(S, T, 16, 4, 2) KILN_GEMV_TILE(S, T, 8, 1, 4) KILN_GEMV_TILE(S, T, 4, 1, 4)

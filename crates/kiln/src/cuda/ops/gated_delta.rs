@@ -1,6 +1,6 @@
 //! Launcher of `kernels/gated_delta.cu`: one decode token of a Gated DeltaNet layer.
 
-use super::{dev_of, suffix, GATED_DELTA};
+use super::{at_ptr, dev_of, suffix, At, GATED_DELTA};
 use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::DType;
@@ -33,38 +33,39 @@ struct GdArgs {
 unsafe impl DeviceRepr for GdArgs {}
 const _: () = assert!(std::mem::size_of::<GdArgs>() == 32);
 
-/// The buffers of one step, all contiguous from offset 0 (ops/gated_delta.rs arranges it):
-/// `qkv` `[B, 2·hk·dk + hv·dv]`, `b` / `a` `[B, hv]`, `z` `[B, hv·dv]` in `dt`; `state`
-/// `[B, hv, dk, dv]`, `neg_a` / `dt_bias` `[hv]` and `norm` `[dv]` in f32.
+/// The views of one step, each contiguous from its element offset (ops/gated_delta.rs
+/// arranges it): `qkv` `[B, 2·hk·dk + hv·dv]`, `b` / `a` `[B, hv]`, `z` `[B, hv·dv]` in `dt`;
+/// `state` `[B, hv, dk, dv]` (updated in place), `neg_a` / `dt_bias` `[hv]` and `norm` `[dv]`
+/// in f32.
 pub(crate) struct GatedDeltaBuffers<'a> {
-    pub qkv: &'a DeviceBuffer,
-    pub b: &'a DeviceBuffer,
-    pub a: &'a DeviceBuffer,
-    pub z: &'a DeviceBuffer,
-    pub state: &'a DeviceBuffer,
-    pub neg_a: &'a DeviceBuffer,
-    pub dt_bias: &'a DeviceBuffer,
-    pub norm: &'a DeviceBuffer,
+    pub qkv: At<'a>,
+    pub b: At<'a>,
+    pub a: At<'a>,
+    pub z: At<'a>,
+    pub state: At<'a>,
+    pub neg_a: At<'a>,
+    pub dt_bias: At<'a>,
+    pub norm: At<'a>,
 }
 
-/// `(y [B, hv·dv] in dt, new state [B, hv, dk, dv] f32)` for dims `[batch, hk, hv, dk, dv]`.
+/// `y [B, hv·dv]` in dt for dims `[batch, hk, hv, dk, dv]`; the state is updated in place
+/// (each thread reads its state column before it writes it back).
 pub(crate) fn gated_delta_step(
     x: GatedDeltaBuffers,
     [batch, hk, hv, dk, dv]: [usize; 5],
     eps: f64,
     dt: DType,
-) -> Result<(DeviceBuffer, DeviceBuffer)> {
+) -> Result<DeviceBuffer> {
     if !fits(dk, dv) {
         return Err(Error::invalid(
             "gated_delta_step",
             format!("on CUDA the key dim must be one of {KEY_DIMS:?} (got {dk}) and the value dim at most {MAX_VALUE_DIM} (got {dv})"),
         ));
     }
-    let dev = dev_of(x.qkv)?;
+    let dev = dev_of(x.qkv.0)?;
     let y = dev.alloc(batch * hv * dv * dt.size())?;
-    let state = dev.alloc(batch * hv * dk * dv * 4)?;
     if batch * hv * dv == 0 {
-        return Ok((y, state));
+        return Ok(y);
     }
     let f =
         dev.function(&GATED_DELTA, &format!("gated_delta_step_{}_k{dk}", suffix("gated_delta_step", dt)?))?;
@@ -81,11 +82,14 @@ pub(crate) fn gated_delta_step(
         block_dim: (dv.next_multiple_of(32) as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (qp, bp, ap, zp, sp) = (x.qkv.ptr(), x.b.ptr(), x.a.ptr(), x.z.ptr(), x.state.ptr());
-    let (np, dp, wp, op, yp) = (x.neg_a.ptr(), x.dt_bias.ptr(), x.norm.ptr(), state.ptr(), y.ptr());
-    // SAFETY: every buffer holds the contiguous shape the struct docs give for these dims
-    // (checked in ops/gated_delta.rs); the kernel reads them and writes `y` and `state`,
-    // fresh buffers of B·hv·dv elements of dt and B·hv·dk·dv f32; hv is a multiple of hk.
-    unsafe { launch_after!(dev, f, cfg; qp, bp, ap, zp, sp, op, np, dp, wp, yp, args)? };
-    Ok((y, state))
+    let (size, f32s) = (dt.size(), 4);
+    let [qp, bp, ap, zp] = [x.qkv, x.b, x.a, x.z].map(|v| at_ptr(v, size));
+    let [sp, np, dp, wp] = [x.state, x.neg_a, x.dt_bias, x.norm].map(|v| at_ptr(v, f32s));
+    let yp = y.ptr();
+    // SAFETY: every view holds the contiguous shape the struct docs give for these dims
+    // from its offset (checked in ops/gated_delta.rs); the kernel reads them, writes `y`
+    // (a fresh buffer of B·hv·dv elements of dt) and the state in place (s_in = s_out:
+    // each thread reads its own column before writing it); hv is a multiple of hk.
+    unsafe { launch_after!(dev, f, cfg; qp, bp, ap, zp, sp, sp, np, dp, wp, yp, args)? };
+    Ok(y)
 }

@@ -229,30 +229,31 @@ fn x_rows(
 }
 
 /// `x` `[..., K]` (any layout) · `w` `[N, K]`ᵀ (+ `bias` `[N]`, any stride) → `[rows, N]`, where
-/// [`declines`] said yes.
+/// [`declines`] said yes. With `swiglu`, x is one `[2·K]` row holding gate then up and the
+/// GEMV reads `silu(gate) · up` (rounded to dt, as silu_mul stores it) in its place.
 pub fn linear(
     x: &DeviceBuffer,
     xl: &Layout,
     w: &DeviceBuffer,
     wl: &Layout,
     bias: Option<(&DeviceBuffer, &Layout)>,
+    swiglu: bool,
     dt: DType,
 ) -> Result<DeviceBuffer> {
     let dev = dev_of(w)?;
     let (n, k, size) = (wl.shape[0], wl.shape[1], dt.size());
-    let rows = xl.numel() / k;
+    let x_k = if swiglu { 2 * k } else { k };
+    let rows = xl.numel() / x_k;
     let out = dev.alloc(rows * n * size)?;
     let wp = w.ptr() + (wl.offset * size) as u64;
     let v = fit(choose(rows, n, k)?, wp, k, size);
-    let (x_copy, xp, xs) = x_rows(x, xl, k, rows, v, dt)?;
-    let name = format!(
-        "gemv_{}_b{}_r{}_u{}_m{}",
-        suffix("linear", dt)?,
-        v.vec,
-        v.rows,
-        v.unroll,
-        rows.next_power_of_two()
-    );
+    let (x_copy, xp, xs) = x_rows(x, xl, x_k, rows, v, dt)?;
+    let (sfx, tile) = (suffix("linear", dt)?, format!("b{}_r{}_u{}", v.vec, v.rows, v.unroll));
+    let name = if swiglu {
+        format!("gemv_swiglu_{sfx}_{tile}")
+    } else {
+        format!("gemv_{sfx}_{tile}_m{}", rows.next_power_of_two())
+    };
     let f = dev.function(&GEMV, &name)?;
     let (bp, bs) =
         bias.map_or((0u64, 0i64), |(b, l)| (b.ptr() + (l.offset * size) as u64, l.strides[0] as i64));
@@ -262,11 +263,12 @@ pub fn linear(
         block_dim: (32 * v.warps as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: x holds `rows` rows of K elements `xs` apart from `xp` (the view's storage or
-    // its contiguous copy, alive until the launch is enqueued and stream-ordered before the
-    // copy's release); w holds N·K contiguous elements from `wp`; bias, when `bp` != 0,
-    // holds N elements `bs` apart; `out` holds rows·N. `vec` divides the byte addresses of
-    // every row start, and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
+    // SAFETY: x holds `rows` rows of K (2·K with swiglu, then rows = 1) elements `xs` apart
+    // from `xp` (the view's storage or its contiguous copy, alive until the launch is
+    // enqueued and stream-ordered before the copy's release); w holds N·K contiguous
+    // elements from `wp`; bias, when `bp` != 0, holds N elements `bs` apart; `out` holds
+    // rows·N. `vec` divides the byte addresses of every row start and K·size (so the up
+    // half too), and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
     unsafe { launch_after!(dev, f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
     drop(x_copy);
     Ok(out)
@@ -332,6 +334,72 @@ pub fn expert_linear(
     // expert e only for e in [0, E) after one wrap; `out` holds slots·N. Alignment and
     // warps as in `linear`.
     unsafe { launch_after!(dev, f, cfg; xp, xs, pr, wp, ip, e32, op, n32, k32, g)? };
+    drop((x_copy, idx_copy));
+    Ok(out)
+}
+
+/// Why the fused down projection + routed sum ([`expert_swiglu_sum`]) of `tokens` tokens
+/// with `k` slots each against stacked down weights `wl` [E, N, I] takes the composed path
+/// (`None`: the kernel).
+pub fn experts_sum_declines(tokens: usize, k: usize, wl: &Layout, dt: DType) -> Option<&'static str> {
+    if tokens > MAX_SLOTS {
+        Some("more than 65535 tokens")
+    } else if k > i32::MAX as usize {
+        Some("k past i32")
+    } else {
+        experts_declines(tokens * k, wl, dt)
+    }
+}
+
+/// `out[t] = Σ_j weights[t, j] · w[experts[t, j]] · (silu(gate) · up)` of `x` [T, k, 2·I]
+/// (any layout: gate the first I of each row, up the rest), stacked `w` [E, N, I], `experts`
+/// [T, k] (any integer dtype and layout) and `weights` (T·k contiguous f32 from element
+/// `w_off` of `weights`) → [T, N], where [`experts_sum_declines`] said yes: MoE decode's
+/// SwiGLU, down projection and weighted sum in one launch. The G warps of a row group
+/// split the k slots (at most 8 warps per group), two rows per warp, unless
+/// [`settings::GEMV_VARIANT`] forces a variant.
+#[allow(clippy::too_many_arguments)]
+pub fn expert_swiglu_sum(
+    x: &DeviceBuffer,
+    xl: &Layout,
+    w: &DeviceBuffer,
+    wl: &Layout,
+    experts: &DeviceBuffer,
+    el: &Layout,
+    edt: DType,
+    weights: &DeviceBuffer,
+    w_off: usize,
+    dt: DType,
+) -> Result<DeviceBuffer> {
+    let dev = dev_of(w)?;
+    let (e, n, i, size) = (wl.shape[0], wl.shape[1], wl.shape[2], dt.size());
+    let (t, k) = (el.shape[0], el.shape[1]);
+    let out = dev.alloc(t * n * size)?;
+    let wp = w.ptr() + (wl.offset * size) as u64;
+    let split = k.clamp(1, 8) as u8;
+    let v =
+        settings::GEMV_VARIANT.get()?.unwrap_or(Variant::new(16, 2, 4, split, split * (4 / split).max(1)));
+    let v = fit(v, wp, i, size);
+    let (x_copy, xp, xs) = x_rows(x, xl, 2 * i, t * k, v, dt)?;
+    let (idx_copy, ip) = super::index::i64_indices(experts, el, edt)?;
+    let f = dev.function(
+        &GEMV,
+        &format!("gemv_experts_sum_{}_b{}_r{}_u{}", suffix("linear", dt)?, v.vec, v.rows, v.unroll),
+    )?;
+    let (op, wtp) = (out.ptr(), weights.ptr() + (w_off * 4) as u64);
+    let (up, k32, e32, n32, i32_, g) = (i as i64, k as i32, e as i32, n as i32, i as i32, v.split as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, t as u32, 1),
+        block_dim: (32 * v.warps as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: x holds T·k rows of 2·I elements `xs` apart from `xp` (view or contiguous
+    // copy, alive until the launch is enqueued), up I elements after gate in each; `ip`
+    // points at T·k contiguous int64 and `wtp` at T·k f32; w holds E·N·I contiguous
+    // elements from `wp`, read only for an expert in [0, E) after one wrap; `out` holds
+    // T·N. `vec` divides every row start and I·size (fit), `warps` is a multiple of
+    // `split` at most GEMV_MAX_WARPS, and T ≤ 65535 (experts_sum_declines).
+    unsafe { launch_after!(dev, f, cfg; xp, xs, up, wp, ip, wtp, k32, e32, op, n32, i32_, g)? };
     drop((x_copy, idx_copy));
     Ok(out)
 }

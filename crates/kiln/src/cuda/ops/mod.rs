@@ -36,6 +36,7 @@ macro_rules! launch_error {
 }
 
 pub mod attention_decode;
+mod causal_conv;
 mod copy;
 mod elementwise;
 mod expert_groups;
@@ -55,6 +56,7 @@ mod rotary;
 mod scaled_mm;
 mod topk;
 
+pub(crate) use causal_conv::causal_conv;
 pub use copy::{arange, cast, copy_into, fill, rand};
 pub(crate) use elementwise::{binary, frexp, unary, where_};
 pub use expert_groups::{expert_groups, EXPERT_GROUPS_MAX};
@@ -81,6 +83,14 @@ pub(crate) use scaled_mm::{scaled_mm, ScaledMm};
 pub use topk::{router_topk, topk};
 
 pub(crate) use super::Strided;
+
+/// A buffer and the element its contiguous view starts at.
+pub(crate) type At<'a> = (&'a DeviceBuffer, usize);
+
+/// The device address of an [`At`]'s first element, for elements of `size` bytes.
+fn at_ptr((buf, at): At, size: usize) -> u64 {
+    buf.ptr() + (at * size) as u64
+}
 use super::{CudaDevice, DeviceBuffer, KernelSource};
 use crate::error::{Error, Result};
 use crate::{DType, Device};
@@ -113,6 +123,7 @@ pub(crate) const LINALG_INV: KernelSource = kernel_source!("linalg_inv");
 pub(crate) const LINALG_TRSM: KernelSource = kernel_source!("linalg_trsm");
 pub(crate) const ROTARY: KernelSource = kernel_source!("rotary");
 pub(crate) const GATED_DELTA: KernelSource = kernel_source!("gated_delta");
+pub(crate) const CAUSAL_CONV: KernelSource = kernel_source!("causal_conv");
 
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
@@ -136,6 +147,7 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     LINALG_TRSM,
     ROTARY,
     GATED_DELTA,
+    CAUSAL_CONV,
 ];
 
 /// The kernel-name suffix of a dtype in the elementwise / reduction families.
