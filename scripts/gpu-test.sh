@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root, over binaries staged by stage-gpu.sh, and
 # ends with a short table. Every step has a time limit so one hang cannot eat the call.
-# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all|suite:NAME|decode:PRESET|long:PRESET] ...
+# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all|suite:NAME|decode:PRESET|steps:PRESET|long:PRESET] ...
 #   (default: tests bench). KILN_GPU_ONLY=REGEX keeps the test binaries and kernel families
 #   (sanitize) whose names match it.
 #   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
@@ -9,10 +9,13 @@
 #   bench:    `kiln bench` (the default set: every suite, PyTorch peers in the same call)
 #             with charts, decode for every preset, the Wan VAEs; JSON in results/
 #   sanitize: compute-sanitizer memcheck over every gpu_* binary, racecheck over the cases of
-#             every kernel family that uses shared memory (RACECHECK below)
+#             every kernel family that uses shared memory (RACECHECK below); SANITIZE_JOBS
+#             (default 8) of them at a time
 #   profile:  ncu over the reductions suite's small-row kernels and the fp8 decode kernel
 #   suite:NAME     one `kiln bench --suite NAME` with its PyTorch peer
 #   decode:PRESET  `kiln bench --suite decode --preset PRESET` with its PyTorch peer
+#                  (DECODE_PEER=none: kiln alone)
+#   steps:PRESET   ncu's time per kernel of one decode step of PRESET (bench/ncu_steps.py)
 #   long:PRESET    `kiln bench --suite long --preset PRESET`: 10,000 tokens, memory flat?
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
@@ -22,9 +25,9 @@ OUT=${OUT:-/tmp/kiln-out}
 LOG=/tmp/kiln/logs
 RES=/tmp/kiln/results
 mkdir -p "$OUT" "$LOG" "$RES"
+: >"$LOG/rows.txt"
 export KILN_FIXTURES="$PWD/.gpu/fixtures" KILN_CACHE_DIR=/tmp/kiln-cache KILN_COMMIT="$(cat .gpu/COMMIT)"
 export KILN_BENCH_DIR="$PWD/.gpu"
-declare -a rows
 ONLY=${KILN_GPU_ONLY:-.}
 wanted() { [[ "$1" =~ $ONLY ]]; }
 run() { # name, seconds, command...
@@ -35,9 +38,15 @@ run() { # name, seconds, command...
   local dt=$(( ($(date +%s%N) - t0) / 100000000 ))
   dt="$((dt / 10)).$((dt % 10))"
   local last=$(grep -E "passed|test result|ERROR SUMMARY|of copy|skipped|tokens/s|geomean" "$LOG/$name.log" | tail -1 | cut -c1-70)
-  rows+=("$(printf '%-24s rc=%-3s %6ss  %s' "$name" "$rc" "$dt" "$last")")
-  printf '%s\n' "${rows[@]}" >"$OUT/table.txt"
-  tar czf "$OUT/kiln-gpu.tgz" -C /tmp kiln
+  printf '%-24s rc=%-3s %6ss  %s\n' "$name" "$rc" "$dt" "$last" >>"$LOG/rows.txt"
+  [ -n "${PARALLEL:-}" ] || snapshot
+}
+snapshot() { cp "$LOG/rows.txt" "$OUT/table.txt"; tar czf "$OUT/kiln-gpu.tgz" -C /tmp kiln; }
+# Runs `run ARGS...` in the background, at most SANITIZE_JOBS at a time (one GPU serves them
+# all: compute-sanitizer is CPU-bound, so they overlap well).
+spawn() {
+  while [ "$(jobs -rp | wc -l)" -ge "${SANITIZE_JOBS:-8}" ]; do wait -n; done
+  run "$@" &
 }
 tests() {
   run info 60 .gpu/kiln info
@@ -91,11 +100,16 @@ declare -A RACECHECK=(
   [topk]="gpu_reductions topk router"
 )
 sanitize() {
+  # gpu_limits runs the device out of memory on purpose (that API error is its subject), so
+  # it runs alone, before the others share the GPU.
+  if wanted gpu_limits && [ -x .gpu/tests/gpu_limits ]; then
+    run memcheck_gpu_limits 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 .gpu/tests/gpu_limits
+  fi
+  PARALLEL=1
   for t in .gpu/tests/gpu_*; do
-    wanted "$(basename "$t")" || continue
-    # gpu_limits runs the device out of memory on purpose: that API error is its subject.
-    local api=(); [ "$(basename "$t")" = gpu_limits ] && api=(--report-api-errors no)
-    run "memcheck_$(basename "$t")" 300 compute-sanitizer --tool memcheck "${api[@]}" --error-exitcode 9 "$t"
+    local n=$(basename "$t")
+    wanted "$n" && [ "$n" != gpu_limits ] || continue
+    spawn "memcheck_$n" 540 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
   done
   for family in $(cat .gpu/shared_kernels.txt); do
     wanted "$family" || continue
@@ -106,19 +120,25 @@ sanitize() {
     fi
     set -- $cases
     local bin=$1; shift
-    run "racecheck_$family" 300 compute-sanitizer --tool racecheck --racecheck-report hazard \
+    spawn "racecheck_$family" 540 compute-sanitizer --tool racecheck --racecheck-report hazard \
       --error-exitcode 9 ".gpu/tests/$bin" "$@"
   done
+  wait
+  PARALLEL=
+  snapshot
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader > "$LOG/gpu.txt"
 modes=("$@"); [ ${#modes[@]} -eq 0 ] && modes=(tests bench)
 for m in "${modes[@]}"; do
   case "$m" in tests) tests;; bench) bench;; sanitize) sanitize;; profile) profile;; all) tests; bench; sanitize;;
     suite:*) run "${m/:/_}" 300 .gpu/kiln bench --suite "${m#suite:}" --json "$RES/${m#suite:}.json";;
-    decode:*) run "${m/:/_}" 400 .gpu/kiln bench --suite decode --preset "${m#decode:}" --json "$RES/decode-${m#decode:}.json";;
+    decode:*) run "${m/:/_}" 400 .gpu/kiln bench --suite decode --preset "${m#decode:}" ${DECODE_PEER:+--peer "$DECODE_PEER"} --json "$RES/decode-${m#decode:}.json";;
+    steps:*) run "${m/:/_}" 400 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+        .gpu/kiln bench --suite decode --preset "${m#steps:}" --peer none \
+        && python3 .gpu/ncu_steps.py "$LOG/${m/:/_}.log" >"$RES/steps-${m#steps:}.txt"; snapshot;;
     long:*) run "${m/:/_}" 400 .gpu/kiln bench --suite long --preset "${m#long:}" --json "$RES/long-${m#long:}.json";;
     *) echo "unknown mode $m"; exit 2;; esac
 done
 grep -h "^FAIL\|panicked" "$LOG"/*.log | head -30 | cut -c1-200
 echo "== $(cat "$LOG/gpu.txt") commit $KILN_COMMIT"
-printf '%s\n' "${rows[@]}"
+cat "$LOG/rows.txt"
