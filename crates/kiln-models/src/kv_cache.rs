@@ -118,7 +118,12 @@ impl KvCache {
     /// Linear-attention layer `layer`'s state, to be updated in place by this step
     /// ([`Tensor::gated_delta_step`]); zeroed first at the start of a sequence.
     pub fn recurrent_state_in_place(&self, layer: usize) -> Result<&Tensor> {
-        let state = &self.recurrent[layer];
+        self.zeroed_at_start(&self.recurrent[layer])
+    }
+
+    /// `state` as a step updating it in place starts from: zeroed first at the start of a
+    /// sequence (whatever an earlier sequence left), else as it is.
+    fn zeroed_at_start<'a>(&self, state: &'a Tensor) -> Result<&'a Tensor> {
         if self.len == 0 {
             state.copy_(&state.zeros_like()?)?;
         }
@@ -228,11 +233,7 @@ impl KvCache {
     /// zeroed first at the start of a sequence (the causal padding).
     pub fn conv_state(&mut self, layer: usize, t: usize) -> Result<&Tensor> {
         self.step_end(t)?;
-        let state = &self.conv[layer];
-        if self.len == 0 {
-            state.copy_(&state.zeros_like()?)?;
-        }
-        Ok(state)
+        self.zeroed_at_start(&self.conv[layer])
     }
 
     /// Ends a step of `t` positions: they count as filled from now on (on the device too,
