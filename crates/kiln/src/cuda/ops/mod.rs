@@ -48,6 +48,7 @@ mod grouped_mm;
 mod histogram;
 mod index;
 mod linalg_inv;
+mod linalg_lu;
 mod linalg_trsm;
 mod loss;
 mod matmul;
@@ -72,6 +73,7 @@ pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::scatter;
 pub(crate) use index::{gather, index_select, take};
 pub use linalg_inv::{inv_small, INV_MAX_N};
+pub use linalg_lu::{lu_factor, lu_solve};
 pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
 pub use matmul::matmul;
@@ -121,6 +123,7 @@ pub(crate) const GROUPED_MM: KernelSource = kernel_source!("grouped_mm");
 pub(crate) const EXPERT_GROUPS: KernelSource = kernel_source!("expert_groups");
 pub(crate) const LINALG_INV: KernelSource = kernel_source!("linalg_inv");
 pub(crate) const LINALG_TRSM: KernelSource = kernel_source!("linalg_trsm");
+pub(crate) const LINALG_LU: KernelSource = kernel_source!("linalg_lu");
 pub(crate) const ROTARY: KernelSource = kernel_source!("rotary");
 pub(crate) const GATED_DELTA: KernelSource = kernel_source!("gated_delta");
 pub(crate) const CAUSAL_CONV: KernelSource = kernel_source!("causal_conv");
@@ -145,6 +148,7 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     EXPERT_GROUPS,
     LINALG_INV,
     LINALG_TRSM,
+    LINALG_LU,
     ROTARY,
     GATED_DELTA,
     CAUSAL_CONV,
