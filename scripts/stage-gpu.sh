@@ -26,8 +26,10 @@ grep -l "__shared__" crates/kiln/src/cuda/kernels/*.cu | xargs -n1 basename | se
 find "$S"/tests -type f ! -name 'gpu_*' ! -name 'kiln-lib' -delete
 strip "$S"/kiln "$S"/tests/* 2>/dev/null || true
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" > "$S"/COMMIT
-tar cf - -C "$S" --exclude bundle.tar.xz . | xz -T0 -6 > "$S"/bundle.tar.xz
-find "$S" -mindepth 1 ! -name bundle.tar.xz -delete
+# Packed beside the folder, then moved in: tar fails on a folder that changes as it reads it.
+tar cf - -C "$S" . | xz -T0 -6 > "$S.tar.xz"
+find "$S" -mindepth 1 -delete
+mv "$S.tar.xz" "$S"/bundle.tar.xz
 cp scripts/gpu-test.sh "$S"/
 rm -rf .gpu && mv "$S" .gpu
 ls -la .gpu
