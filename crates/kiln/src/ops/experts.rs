@@ -104,7 +104,7 @@ impl Tensor {
     /// row with its up row and stores the product as `silu_mul` would (same bits as the
     /// composed ops); elsewhere, and where the kernel declines, the composed ops.
     pub fn expert_swiglu(&self, gate_up: &Tensor, experts: &Tensor) -> Result<Tensor> {
-        if gate_up.rank() == 3 && gate_up.shape()[1] % 2 != 0 {
+        if gate_up.rank() == 3 && !gate_up.shape()[1].is_multiple_of(2) {
             return Err(Error::bad_shape(
                 "expert_swiglu",
                 format!("gate_up experts have {} rows: must be 2·I (gate, then up)", gate_up.shape()[1]),

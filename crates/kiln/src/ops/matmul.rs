@@ -92,7 +92,7 @@ impl Tensor {
         let [two_i, k] = *gate_up.shape() else {
             return Err(Error::bad_shape(OP, format!("gate_up must be [2·I, K], got {:?}", gate_up.shape())));
         };
-        if two_i % 2 != 0 {
+        if !two_i.is_multiple_of(2) {
             return Err(Error::bad_shape(
                 OP,
                 format!("gate_up has {two_i} rows: must be 2·I (gate, then up)"),
