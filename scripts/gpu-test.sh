@@ -86,6 +86,7 @@ profile() {
 # with the parity cases that launch it. A family missing here fails the step by name.
 declare -A RACECHECK=(
   [attention_decode]="gpu_attention shapes device_length"
+  [attention_prefill]="gpu_prefill model_views"
   [bincount]="gpu_reductions bincount"
   [expert_groups]="gpu_linear expert_groups"
   [fp8_gemm]="gpu_fp8 own_gemm"

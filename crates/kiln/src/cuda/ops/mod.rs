@@ -36,6 +36,7 @@ macro_rules! launch_error {
 }
 
 pub mod attention_decode;
+pub mod attention_prefill;
 mod causal_conv;
 mod copy;
 mod elementwise;
@@ -106,6 +107,7 @@ macro_rules! kernel_source {
 }
 
 pub(crate) const ATTENTION_DECODE: KernelSource = kernel_source!("attention_decode");
+pub(crate) const ATTENTION_PREFILL: KernelSource = kernel_source!("attention_prefill");
 pub(crate) const COPY: KernelSource = kernel_source!("copy");
 pub(crate) const ELEMENTWISE: KernelSource = kernel_source!("elementwise");
 pub(crate) const INDEX: KernelSource = kernel_source!("index");
@@ -131,6 +133,7 @@ pub(crate) const CAUSAL_CONV: KernelSource = kernel_source!("causal_conv");
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
     ATTENTION_DECODE,
+    ATTENTION_PREFILL,
     COPY,
     ELEMENTWISE,
     INDEX,
