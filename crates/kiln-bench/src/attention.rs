@@ -15,7 +15,7 @@
 //! D]` (compute-bound: no copies); one graph of 5 calls, median of 10 replays / calls;
 //! FLOPs 4·B·Hq·D per (query, key) pair a query sees (L·S, or L·(L+1)/2 causal).
 
-use crate::report::provenance;
+use crate::report::{print_table, provenance, Col};
 use crate::runtime::copy_bandwidth;
 use crate::timing::graph_median_ms;
 use kiln::cuda;
@@ -210,38 +210,22 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
             }
         }
     }
-    println!(
-        "{:<36} {:>9} {:>8} {:>7} {:>9} {:>6}",
-        "workload", "kiln µs", "GB/s", "% copy", "torch µs", "ratio"
+    let (us, torch_us, ratio) =
+        (Col("kiln µs", "us", 2, 9), Col("torch µs", "torch_us", 2, 9), Col("ratio", "speedup", 2, 6));
+    print_table(
+        "workload",
+        36,
+        &[us, Col("GB/s", "gbps", 0, 8), Col("% copy", "pct_copy", 1, 7), torch_us, ratio],
+        &results,
     );
-    for r in &results {
-        let f = |key: &str, prec: usize| r[key].as_f64().map_or("-".to_string(), |v| format!("{v:.prec$}"));
-        println!(
-            "{:<36} {:>9} {:>8} {:>7} {:>9} {:>6}",
-            r["name"].as_str().unwrap_or(""),
-            f("us", 2),
-            f("gbps", 0),
-            f("pct_copy", 1),
-            f("torch_us", 2),
-            f("speedup", 2)
-        );
-    }
-    println!(
-        "{:<52} {:>9} {:>7} {:>9} {:>7} {:>6}",
-        "prefill", "kiln µs", "TFLOP/s", "torch µs", "TFLOP/s", "ratio"
-    );
-    for r in &prefill {
-        let f = |key: &str, prec: usize| r[key].as_f64().map_or("-".to_string(), |v| format!("{v:.prec$}"));
-        println!(
-            "{:<52} {:>9} {:>7} {:>9} {:>7} {:>6}",
-            r["name"].as_str().unwrap_or(""),
-            f("us", 1),
-            f("tflops", 0),
-            f("torch_us", 1),
-            f("torch_tflops", 0),
-            f("speedup", 2)
-        );
-    }
+    let cols = [
+        Col("kiln µs", "us", 1, 9),
+        Col("TFLOP/s", "tflops", 0, 7),
+        Col("torch µs", "torch_us", 1, 9),
+        Col("TFLOP/s", "torch_tflops", 0, 7),
+        Col("ratio", "speedup", 2, 6),
+    ];
+    print_table("prefill", 52, &cols, &prefill);
     Ok(json!({
         "suite": "attention",
         "provenance": provenance(),

@@ -12,7 +12,7 @@
 //! and LU factorisations never synchronise: one CUDA graph captures 20 calls, the figure is the median over 20
 //! replays of replay time / calls.
 
-use crate::report::provenance;
+use crate::report::{print_table, provenance, Col};
 use crate::timing::{gpu_median_ms, graph_median_ms, Stats};
 use kiln::cuda;
 use kiln::{DType, Device, Result, Tensor};
@@ -111,12 +111,13 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     if let Some(t) = &torch {
         crate::peer::merge(&mut results, t);
     }
-    println!("{:<58} {:>6} {:>10} {:>10} {:>7}", "workload", "timing", "kiln µs", "torch µs", "ratio");
-    for r in &results {
-        let f = |key: &str, prec: usize| r[key].as_f64().map_or("-".to_string(), |v| format!("{v:.prec$}"));
-        let (name, timing) = (r["name"].as_str().unwrap_or(""), r["timing"].as_str().unwrap_or(""));
-        println!("{name:<58} {timing:>6} {:>10} {:>10} {:>7}", f("us", 1), f("torch_us", 1), f("speedup", 2));
-    }
+    let cols = [
+        Col("timing", "timing", 0, 6),
+        Col("kiln µs", "us", 1, 10),
+        Col("torch µs", "torch_us", 1, 10),
+        Col("ratio", "speedup", 2, 7),
+    ];
+    print_table("workload", 58, &cols, &results);
     Ok(json!({
         "suite": "linalg",
         "provenance": provenance(),

@@ -7,7 +7,7 @@
 //! causal prompt that the composed path could not hold (its scores alone: 128 GiB).
 
 use kiln::cuda::ops::attention_prefill;
-use kiln::testing::{e, Case, Ctx};
+use kiln::testing::{e, sdpa_matches_cpu, Case, Ctx, Pair};
 use kiln::{DType, Device, Sdpa, Tensor};
 use std::process::ExitCode;
 
@@ -22,26 +22,14 @@ const DTYPES: [(DType, f64); 2] = [(DType::BF16, 1.6e-2), (DType::F16, 2e-3)];
 
 /// The GPU result with `o` (checked to be the kernel's: it accepts the views and `o` has no
 /// `kv_len`) against the CPU composed path on the f32 inputs with `oc` (`o` with CPU masks).
-fn check(
-    name: &str,
-    (q, qc): (&Tensor, &Tensor),
-    (k, kc): (&Tensor, &Tensor),
-    (v, vc): (&Tensor, &Tensor),
-    o: &Sdpa,
-    oc: &Sdpa,
-    tol: f64,
-) -> Res {
-    if let Err(why) = attention_prefill::declines(q.layout(), k.layout(), v.layout(), q.dtype()) {
+fn check(name: &str, q: Pair, k: Pair, v: Pair, o: &Sdpa, oc: &Sdpa, tol: f64) -> Res {
+    if let Err(why) = attention_prefill::declines(q.0.layout(), k.0.layout(), v.0.layout(), q.0.dtype()) {
         return Err(format!("{name}: the kernel declined ({why})"));
     }
     if o.kv_len.is_some() {
         return Err(format!("{name}: kv_len is the composed path's"));
     }
-    let gpu = q.scaled_dot_product_attention(k, v, o).map_err(e)?;
-    let f32_of = |t: &Tensor| t.to_dtype(DType::F32);
-    let cpu =
-        f32_of(qc).and_then(|q| q.scaled_dot_product_attention(&f32_of(kc)?, &f32_of(vc)?, oc)).map_err(e)?;
-    kiln::testing::same(name, &gpu.to_device(CPU).map_err(e)?, &cpu.to_dtype(q.dtype()).map_err(e)?, tol)
+    sdpa_matches_cpu(name, q, k, v, o, oc, tol)
 }
 
 /// Head layouts and causality (Hq, Hkv, L, S, causal offset) at every head dim and dtype.
