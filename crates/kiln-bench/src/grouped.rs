@@ -9,7 +9,7 @@
 //! sides get the same ends; one CUDA graph captures 20 calls, the figure is the median over
 //! 20 replays of replay time / calls. The weights (≥ 200 MB) overflow the L2.
 
-use crate::report::provenance;
+use crate::report::{print_table, provenance, Col};
 use crate::timing::graph_median_ms;
 use kiln::cuda;
 use kiln::{DType, Device, Result, Tensor};
@@ -115,23 +115,17 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     if let Some(t) = &torch {
         crate::peer::merge(&mut results, t);
     }
-    println!(
-        "{:<40} {:>18} {:>9} {:>7} {:>9} {:>6}",
-        "workload", "M x N x K", "kiln µs", "TFLOP/s", "torch µs", "ratio"
-    );
-    for r in &results {
-        let f = |key: &str, prec: usize| r[key].as_f64().map_or("-".to_string(), |v| format!("{v:.prec$}"));
-        let shape = format!("{}x{}x{}", r["m"], r["n"], r["k"]);
-        println!(
-            "{:<40} {:>18} {:>9} {:>7} {:>9} {:>6}",
-            r["name"].as_str().unwrap_or(""),
-            shape,
-            f("us", 1),
-            f("tflops", 1),
-            f("torch_us", 1),
-            f("speedup", 2)
-        );
+    for r in &mut results {
+        r["shape"] = json!(format!("{}x{}x{}", r["m"], r["n"], r["k"]));
     }
+    let cols = [
+        Col("M x N x K", "shape", 0, 18),
+        Col("kiln µs", "us", 1, 9),
+        Col("TFLOP/s", "tflops", 1, 7),
+        Col("torch µs", "torch_us", 1, 9),
+        Col("ratio", "speedup", 2, 6),
+    ];
+    print_table("workload", 40, &cols, &results);
     Ok(json!({
         "suite": "grouped",
         "provenance": provenance(),

@@ -1,16 +1,18 @@
 //! `kiln bench --suite linalg [--peer torch|none]`: the CUDA linalg kernels in µs per call
 //! beside `torch.linalg.*` on the same shapes (bench/torch_peer.py --suite linalg): batched
 //! closed-form inverses (`inv`, ≤ 4 × 4) and batched small triangular solves
-//! (`solve_triangular`, ≤ 64 × 64), among them the Gated DeltaNet's chunk solves.
+//! (`solve_triangular`, ≤ 64 × 64), among them the Gated DeltaNet's chunk solves, and LU
+//! factorisations (`lu_factor`: one complex64 512 × 512, a batch of small f32 ones).
 //!
-//! Method (both sides): f32; A = randn / n + 2·I (well conditioned), B = randn. `inv`
+//! Method (both sides): f32; A = randn / n + 2·I (well conditioned), B = randn; LU
+//! factors plain randn (complex64 where named), so rows are swapped. `inv`
 //! checks for singular matrices, which reads a flag back to the host (PyTorch's
 //! `linalg.inv` checks its `info` too), so it cannot be captured in a graph: it is timed
 //! eagerly, each call between two CUDA events after warm-up, median of 20. The solves
-//! never synchronise: one CUDA graph captures 20 calls, the figure is the median over 20
+//! and LU factorisations never synchronise: one CUDA graph captures 20 calls, the figure is the median over 20
 //! replays of replay time / calls.
 
-use crate::report::provenance;
+use crate::report::{print_table, provenance, Col};
 use crate::timing::{gpu_median_ms, graph_median_ms, Stats};
 use kiln::cuda;
 use kiln::{DType, Device, Result, Tensor};
@@ -26,6 +28,8 @@ struct Workload {
     n: usize,
     k: usize,
     unit: bool,
+    /// complex64 (lu_factor) rather than f32.
+    complex: bool,
     what: &'static str,
 }
 
@@ -33,6 +37,10 @@ impl Workload {
     fn name(&self) -> String {
         match self.op {
             "inv" => format!("inv {}x{}x{}", self.batch, self.n, self.n),
+            "lu_factor" => {
+                let dt = if self.complex { "complex64" } else { "f32" };
+                format!("lu_factor {}x{}x{} {dt}", self.batch, self.n, self.n)
+            }
             _ => {
                 let tri = if self.unit { "unit lower" } else { "lower" };
                 format!("solve_triangular {}x{}x{} {tri}, {} rhs", self.batch, self.n, self.n, self.k)
@@ -42,7 +50,7 @@ impl Workload {
 }
 
 const fn w(op: &'static str, batch: usize, n: usize, k: usize, unit: bool, what: &'static str) -> Workload {
-    Workload { op, batch, n, k, unit, what }
+    Workload { op, batch, n, k, unit, complex: false, what }
 }
 
 const WORKLOADS: &[Workload] = &[
@@ -52,6 +60,8 @@ const WORKLOADS: &[Workload] = &[
     w("solve_triangular", 4096, 16, 8, true, "DeltaNet 16-chunk size"),
     w("solve_triangular", 4096, 32, 8, true, "DeltaNet 32-chunk size"),
     w("solve_triangular", 2048, 64, 256, true, "DeltaNet prompt: 64-chunks, values + keys (dv = dk = 128)"),
+    Workload { complex: true, ..w("lu_factor", 1, 512, 0, false, "issue 33 goal: >= 3x PyTorch") },
+    w("lu_factor", 10_000, 8, 0, false, "batched small LU"),
 ];
 
 /// `[batch, n, n]`: randn / n + 2·I on `device`.
@@ -68,6 +78,16 @@ fn time(wl: &Workload, seed: u64) -> Result<Stats> {
     if wl.op == "inv" {
         return gpu_median_ms(&dev, 3, REPS, || a.linalg_inv().map(drop));
     }
+    if wl.op == "lu_factor" {
+        let a = if wl.complex {
+            let re_im = Tensor::randn(&[wl.batch, wl.n, wl.n, 2], seed, DType::F32, Device::Cpu)?;
+            Tensor::from_raw_bytes(&re_im.to_raw_bytes()?, &[wl.batch, wl.n, wl.n], DType::C64, Device::Cpu)?
+                .to_device(gpu)?
+        } else {
+            Tensor::randn(&[wl.batch, wl.n, wl.n], seed, DType::F32, gpu)?
+        };
+        return graph_median_ms(&dev, CALLS, REPS, || a.linalg_lu_factor().map(drop));
+    }
     let b = Tensor::randn(&[wl.batch, wl.n, wl.k], seed + 1, DType::F32, gpu)?;
     graph_median_ms(&dev, CALLS, REPS, || a.linalg_solve_triangular(&b, false, true, wl.unit).map(drop))
 }
@@ -80,6 +100,7 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
         let st = time(wl, 31 + 2 * i as u64)?;
         results.push(json!({
             "name": wl.name(), "op": wl.op, "batch": wl.batch, "n": wl.n, "k": wl.k, "unit": wl.unit,
+            "complex": wl.complex,
             "timing": if wl.op == "inv" { "eager" } else { "graph" }, "note": wl.what,
             "us": st.median_ms * 1e3, "stats": st,
         }));
@@ -90,17 +111,18 @@ pub fn run(peer: Option<&str>) -> Result<Value> {
     if let Some(t) = &torch {
         crate::peer::merge(&mut results, t);
     }
-    println!("{:<58} {:>6} {:>10} {:>10} {:>7}", "workload", "timing", "kiln µs", "torch µs", "ratio");
-    for r in &results {
-        let f = |key: &str, prec: usize| r[key].as_f64().map_or("-".to_string(), |v| format!("{v:.prec$}"));
-        let (name, timing) = (r["name"].as_str().unwrap_or(""), r["timing"].as_str().unwrap_or(""));
-        println!("{name:<58} {timing:>6} {:>10} {:>10} {:>7}", f("us", 1), f("torch_us", 1), f("speedup", 2));
-    }
+    let cols = [
+        Col("timing", "timing", 0, 6),
+        Col("kiln µs", "us", 1, 10),
+        Col("torch µs", "torch_us", 1, 10),
+        Col("ratio", "speedup", 2, 7),
+    ];
+    print_table("workload", 58, &cols, &results);
     Ok(json!({
         "suite": "linalg",
         "provenance": provenance(),
         "method": {
-            "dtype": "float32", "inputs": "A = randn / n + 2 I, B = randn",
+            "dtype": "float32", "inputs": "A = randn / n + 2 I, B = randn; lu_factor: A = randn",
             "timing": "solves: CUDA graph of 20 calls, median of 20 replays / calls; inv: eager (it reads \
                        a singularity flag back), events around each call after 3 warm-ups, median of 20",
             "calls": CALLS, "reps": REPS,

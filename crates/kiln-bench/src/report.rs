@@ -61,3 +61,26 @@ pub fn provenance() -> Value {
         "kernel_overrides": kernel_overrides(),
     })
 }
+
+/// A column of a printed results table: header, the row's key, decimals (numbers) and width.
+pub struct Col(pub &'static str, pub &'static str, pub usize, pub usize);
+
+/// Prints `rows` under a header line: each row's `name` left-aligned in `name_width`, then
+/// each column's value right-aligned (a number with its decimals, a string as it is, `-`
+/// where the row has none, e.g. no PyTorch peer).
+pub fn print_table(name_header: &str, name_width: usize, cols: &[Col], rows: &[Value]) {
+    let line = |name: &str, cells: Vec<String>| {
+        let cells: Vec<String> =
+            cells.iter().zip(cols).map(|(c, col)| format!("{c:>w$}", w = col.3)).collect();
+        println!("{name:<name_width$} {}", cells.join(" "));
+    };
+    line(name_header, cols.iter().map(|c| c.0.to_string()).collect());
+    for r in rows {
+        let cell = |c: &Col| match &r[c.1] {
+            Value::Number(n) => format!("{:.p$}", n.as_f64().unwrap_or(f64::NAN), p = c.2),
+            Value::String(s) => s.clone(),
+            _ => "-".to_string(),
+        };
+        line(r["name"].as_str().unwrap_or(""), cols.iter().map(cell).collect());
+    }
+}

@@ -8,11 +8,12 @@
 //!
 //! The experts' weights are stacked at load: `gate_up` `[E, 2·I, H]` (gate rows, then
 //! up rows) and `down` `[E, H, I]`. Two ways to run them:
-//! - **gathered** (decode: `tokens · top_k ≤ E`): [`Tensor::expert_linear`] multiplies
-//!   each (token, slot) by the expert its device-side top-k index names, streaming only
-//!   the chosen experts' gate_up weights, and [`Tensor::expert_swiglu_sum`] does SwiGLU,
-//!   the down projection and the router-weighted sum in one more launch. Routing never
-//!   leaves the device, so a decode step has no host sync.
+//! - **gathered** (decode: `tokens · top_k ≤ E`): [`Tensor::expert_swiglu`] multiplies
+//!   each (token, slot) by the gate_up expert its device-side top-k index names and
+//!   stores SwiGLU, streaming only the chosen experts' weights, and
+//!   [`Tensor::expert_linear_sum`] does the down projection and the router-weighted sum
+//!   in one more launch. Routing never leaves the device, so a decode step has no host
+//!   sync.
 //! - **grouped** (prompts): the (token, slot) pairs are grouped by expert on the device
 //!   ([`Tensor::expert_groups`]), the tokens gathered in group order, and each projection
 //!   runs as one [`Tensor::grouped_mm`] over every expert's group: no host sync. Gathering
@@ -179,12 +180,12 @@ impl MoeBlock {
     }
 
     /// The routed output `[n, H]` with each slot against its own expert's weights — decode,
-    /// two launches: gate_up by [`Tensor::expert_linear`], then SwiGLU, down and the
-    /// weighted sum by [`Tensor::expert_swiglu_sum`]. `None` for per-expert (FP8) experts,
+    /// two launches: gate_up and SwiGLU by [`Tensor::expert_swiglu`], then down and the
+    /// weighted sum by [`Tensor::expert_linear_sum`]. `None` for per-expert (FP8) experts,
     /// which run grouped.
     pub fn gathered(&self, x: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Option<Tensor>> {
         let Experts::Stacked { gate_up, down } = &self.experts else { return Ok(None) };
-        Ok(Some(x.expert_linear(gate_up, experts)?.expert_swiglu_sum(down, experts, weights)?))
+        Ok(Some(x.expert_swiglu(gate_up, experts)?.expert_linear_sum(down, experts, weights)?))
     }
 
     /// The routed output `[n, H]` by running each expert once over its tokens: the pairs

@@ -165,6 +165,16 @@ pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
     parse_bool,
 );
 
+/// `scaled_dot_product_attention` on CUDA takes the prefill kernel (flash attention,
+/// `cuda/ops/attention_prefill.rs`) where it fits and the decode kernel does not; 0 sends
+/// those calls to the composed path, for comparison.
+pub static PREFILL_ATTENTION: Setting<bool> = Setting::new(
+    "KILN_PREFILL_ATTENTION",
+    "prefill attention on CUDA: flash-attention kernel, scores never materialised (0: composed)",
+    || true,
+    parse_bool,
+);
+
 /// `kiln generate` on CUDA replays its greedy decode steps as one captured CUDA graph
 /// (kiln-models `graph_decode`); on by default since `gpu_models`' `*_graph` cases gave the
 /// eager tokens on every fixture family on an H100. `--eager` (or `KILN_GRAPH_DECODE=0`)
@@ -292,13 +302,14 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 18] = [
+pub static ALL: [&dyn Describe; 19] = [
     &AFTER_PREVIOUS,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
     &FP8_GEMM,
     &FP8_FORCE_EPILOGUE,
     &DECODE_ATTENTION,
+    &PREFILL_ATTENTION,
     &GRAPH_DECODE,
     &SOFTMAX_PATH,
     &BLOCK_SYNC,

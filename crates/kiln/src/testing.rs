@@ -82,6 +82,29 @@ impl Ctx {
     }
 }
 
+/// A GPU tensor and its CPU twin (the pairs [`Ctx::pair`] makes).
+pub type Pair<'a> = (&'a Tensor, &'a Tensor);
+
+/// `scaled_dot_product_attention` of the GPU tensors with `o` against the composed CPU
+/// path on f32 copies of their CPU twins with `oc` (`o` with CPU masks), compared in the
+/// GPU inputs' dtype within `tol` ([`same`]). The attention kernels compute in f32 from
+/// the same inputs, so only their roundings and summation order differ.
+pub fn sdpa_matches_cpu(
+    name: &str,
+    (q, qc): Pair,
+    (k, kc): Pair,
+    (v, vc): Pair,
+    o: &crate::Sdpa,
+    oc: &crate::Sdpa,
+    tol: f64,
+) -> std::result::Result<(), String> {
+    let gpu = q.scaled_dot_product_attention(k, v, o).map_err(e)?;
+    let f32_of = |t: &Tensor| t.to_dtype(DType::F32);
+    let cpu =
+        f32_of(qc).and_then(|q| q.scaled_dot_product_attention(&f32_of(kc)?, &f32_of(vc)?, oc)).map_err(e)?;
+    same(name, &gpu.to_device(CPU).map_err(e)?, &cpu.to_dtype(q.dtype()).map_err(e)?, tol)
+}
+
 /// A named case: `Err` carries what differed.
 pub type Case = (&'static str, fn(&mut Ctx) -> std::result::Result<(), String>);
 

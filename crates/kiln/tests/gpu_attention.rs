@@ -5,7 +5,7 @@
 //! and a captured CUDA graph replayed after the length changed. See `common/mod.rs`.
 
 use kiln::cuda::ops::attention_decode;
-use kiln::testing::{e, Case, Ctx};
+use kiln::testing::{e, sdpa_matches_cpu, Case, Ctx, Pair};
 use kiln::{DType, Device, Sdpa, Tensor};
 use std::process::ExitCode;
 
@@ -20,29 +20,14 @@ const DTYPES: [(DType, f64); 2] = [(DType::BF16, 1.6e-2), (DType::F16, 2e-3)];
 
 /// The GPU result (checked to come from the kernel) against the CPU composed path on the
 /// f32 inputs, `k` and `v` narrowed to `n` keys on the CPU side when given.
-#[allow(clippy::too_many_arguments)]
-fn check(
-    name: &str,
-    (q, qc): (&Tensor, &Tensor),
-    (k, kc): (&Tensor, &Tensor),
-    (v, vc): (&Tensor, &Tensor),
-    o: &Sdpa,
-    n: Option<usize>,
-    tol: f64,
-) -> Res {
-    if let Err(why) = attention_decode::declines(q.layout(), k.layout(), v.layout(), q.dtype()) {
+fn check(name: &str, q: Pair, (k, kc): Pair, (v, vc): Pair, o: &Sdpa, n: Option<usize>, tol: f64) -> Res {
+    if let Err(why) = attention_decode::declines(q.0.layout(), k.layout(), v.layout(), q.0.dtype()) {
         return Err(format!("{name}: the kernel declined ({why})"));
     }
-    let gpu = q.scaled_dot_product_attention(k, v, o).map_err(e)?;
-    let f32_of = |t: &Tensor| t.to_dtype(DType::F32);
-    let (mut kc, mut vc) = (f32_of(kc).map_err(e)?, f32_of(vc).map_err(e)?);
-    if let Some(n) = n {
-        kc = kc.narrow(-2, 0, n).map_err(e)?;
-        vc = vc.narrow(-2, 0, n).map_err(e)?;
-    }
+    let keys = |t: &Tensor| n.map_or(Ok(t.clone()), |n| t.narrow(-2, 0, n)).map_err(e);
+    let (kc, vc) = (keys(kc)?, keys(vc)?);
     let oc = Sdpa { kv_len: None, ..*o };
-    let cpu = f32_of(qc).and_then(|q| q.scaled_dot_product_attention(&kc, &vc, &oc)).map_err(e)?;
-    kiln::testing::same(name, &gpu.to_device(CPU).map_err(e)?, &cpu.to_dtype(q.dtype()).map_err(e)?, tol)
+    sdpa_matches_cpu(name, q, (k, &kc), (v, &vc), o, &oc, tol)
 }
 
 /// Head layouts (Hq, Hkv, L, S, causal) at every head dim and dtype.

@@ -1,6 +1,6 @@
 //! Decode-time `linear` on the GPU (the GEMV kernels of cuda/ops/gemv.rs, and the cuBLAS
-//! path they hand over to), `expert_linear` and `expert_swiglu_sum` (their experts
-//! kernels) and `grouped_mm` against the CPU backend: odd N and K, 1–8 rows, bias or none,
+//! path they hand over to), `linear_swiglu`, `expert_linear`, `expert_swiglu` and
+//! `expert_linear_sum` (their experts kernels) and `grouped_mm` against the CPU backend: odd N and K, 1–8 rows, bias or none,
 //! non-contiguous x / bias / weight views, all three dtypes, and every kernel variant
 //! forced through the override. See `common/mod.rs` for the harness.
 
@@ -247,68 +247,78 @@ fn experts(cx: &mut Ctx) -> Res {
     Ok(())
 }
 
-/// `swiglu_linear` (SwiGLU + down projection; one GEMV for a single row on CUDA) against
-/// the CPU's silu_mul + linear: odd N and I, bias or none, a gate_up row sliced from a wider
-/// one, several rows (the composed path), each dtype, every tile forced.
+/// `linear_swiglu` (gate_up GEMV storing SwiGLU; one launch for ≤ 8 rows on CUDA) against
+/// the CPU's linear + silu_mul: odd I and K, K whose rows are not 16-byte aligned (the
+/// composed path), 1–8 rows and 9 (cuBLAS, composed), x sliced from wider rows, each
+/// dtype, every tile forced.
 fn swiglu(cx: &mut Ctx) -> Res {
     for dt in DTYPES {
-        for (n, i) in [(7, 7), (129, 1000), (1000, 129), (4096, 1536), (33, 4097)] {
-            let w = Pair::new(cx, &[n, i], dt)?;
-            let b = Pair::new(cx, &[n], dt)?;
-            for rows in [1, 3] {
-                for bias in [None, Some(&b)] {
-                    let name = format!("{dt} swiglu {rows}x[{n}, {i}] bias {}", bias.is_some());
-                    let x = Pair::new(cx, &[rows, 2 * i + 3], dt)?.map(|x| x.narrow(1, 1, 2 * i))?;
-                    let gpu =
-                        x.g.swiglu_linear(&w.g, bias.map(|b| &b.g)).map_err(|er| format!("{name}: {er}"))?;
-                    let cpu =
-                        x.c.swiglu_linear(&w.c, bias.map(|b| &b.c)).map_err(|er| format!("{name}: {er}"))?;
-                    same(&name, &gpu, &cpu, tol(dt))?;
-                }
+        for (i, k) in [(7, 8), (129, 1000), (1000, 128), (1536, 4096), (33, 4097)] {
+            let w = Pair::new(cx, &[2 * i, k], dt)?;
+            // A fresh weight is 256-byte aligned: K alone decides between the pair kernel
+            // and the composed path.
+            if (k * dt.size()).is_multiple_of(16) != gemv::pairs_decline(2 * i, k, 0, dt).is_none() {
+                return Err(format!("{dt} [{}, {k}]: pair kernel choice is off", 2 * i));
+            }
+            for rows in [1, 3, 8, 9] {
+                let name = format!("{dt} linear_swiglu {rows}x[{}, {k}]", 2 * i);
+                let x = Pair::new(cx, &[rows, k + 3], dt)?.map(|x| x.narrow(1, 1, k))?;
+                let gpu = x.g.linear_swiglu(&w.g).map_err(|er| format!("{name}: {er}"))?;
+                let cpu = x.c.linear_swiglu(&w.c).map_err(|er| format!("{name}: {er}"))?;
+                same(&name, &gpu, &cpu, tol(dt))?;
             }
         }
     }
-    let (n, i) = (37, 1000);
-    let (w, x) = (Pair::new(cx, &[n, i], DType::BF16)?, Pair::new(cx, &[1, 2 * i], DType::BF16)?);
-    let cpu = x.c.swiglu_linear(&w.c, None).map_err(e)?;
+    let (i, k) = (37, 1000);
+    let (w, x) = (Pair::new(cx, &[2 * i, k], DType::BF16)?, Pair::new(cx, &[2, k], DType::BF16)?);
+    let cpu = x.c.linear_swiglu(&w.c).map_err(e)?;
     for &(vec, rows, unroll) in TILES {
         for (split, warps) in [(1, 4), (3, 6), (16, 16)] {
             let v = Variant::new(vec, rows, unroll, split, warps);
             let _forced = kiln::settings::GEMV_VARIANT.scoped(Some(v));
-            let gpu = x.g.swiglu_linear(&w.g, None).map_err(|er| format!("swiglu {v}: {er}"))?;
+            let gpu = x.g.linear_swiglu(&w.g).map_err(|er| format!("swiglu {v}: {er}"))?;
             same(&format!("swiglu {v}"), &gpu, &cpu, tol(DType::BF16))?;
         }
     }
     Ok(())
 }
 
-/// `x.expert_swiglu_sum(down, ids, weights)` on both devices, compared.
+/// `x.expert_linear_sum(down, ids, weights)` on both devices, compared.
 fn check_sum(name: &str, x: &Pair, w: &Pair, ids: &Pair, r: &Pair) -> Res {
-    let gpu = x.g.expert_swiglu_sum(&w.g, &ids.g, &r.g).map_err(|er| format!("{name}: {er}"))?;
-    let cpu = x.c.expert_swiglu_sum(&w.c, &ids.c, &r.c).map_err(|er| format!("{name}: {er}"))?;
+    let gpu = x.g.expert_linear_sum(&w.g, &ids.g, &r.g).map_err(|er| format!("{name}: {er}"))?;
+    let cpu = x.c.expert_linear_sum(&w.c, &ids.c, &r.c).map_err(|er| format!("{name}: {er}"))?;
     same(name, &gpu, &cpu, tol(x.c.dtype()))
 }
 
-/// The fused SwiGLU + down projection + routed sum (MoE decode): odd N and I, 1–3 tokens,
-/// k from 1 to 10 (more slots than a row group's warps), strided x, int32 / negative ids,
-/// router weights in the model dtype, every tile forced, the composed path for weights it
-/// declines, and nothing added for an index out of range.
+/// `x.expert_swiglu(gate_up, ids)` on both devices, compared.
+fn check_swiglu(name: &str, x: &Pair, w: &Pair, ids: &Pair) -> Res {
+    let gpu = x.g.expert_swiglu(&w.g, &ids.g).map_err(|er| format!("{name}: {er}"))?;
+    let cpu = x.c.expert_swiglu(&w.c, &ids.c).map_err(|er| format!("{name}: {er}"))?;
+    same(name, &gpu, &cpu, tol(x.c.dtype()))
+}
+
+/// MoE decode's two launches: the gate_up experts storing SwiGLU (`expert_swiglu`), then
+/// the down projection + routed sum (`expert_linear_sum`): odd N and I, 1–3 tokens, k from
+/// 1 to 10 (more slots than a row group's warps), strided x, int32 / negative ids, router
+/// weights in the model dtype, every tile forced, the composed path for weights it
+/// declines, and a zero row / nothing added for an index out of range.
 fn experts_sum(cx: &mut Ctx) -> Res {
     for dt in DTYPES {
         for (ne, n, i) in [(5, 37, 100), (3, 130, 512), (4, 7, 129), (16, 2048, 768)] {
-            let w = Pair::new(cx, &[ne, n, i], dt)?;
+            let (w, gu) = (Pair::new(cx, &[ne, n, i], dt)?, Pair::new(cx, &[ne, 2 * i, n], dt)?);
             for (t, k) in [(1, 1), (1, 8), (3, 3), (2, 10)] {
                 let name = |what: &str| format!("{dt} {t}x{k} of [{ne}, {n}, {i}] {what}");
                 let ids = expert_ids(cx, t, k, ne, DType::I64)?;
+                check_swiglu(&name("swiglu"), &Pair::new(cx, &[t, n], dt)?, &gu, &ids)?;
                 let r = Pair::new(cx, &[t, k], DType::F32)?;
-                check_sum(&name("contiguous"), &Pair::new(cx, &[t, k, 2 * i], dt)?, &w, &ids, &r)?;
-                let xs = Pair::new(cx, &[t, k, 2 * i + 3], dt)?.map(|x| x.narrow(2, 1, 2 * i))?;
+                check_sum(&name("contiguous"), &Pair::new(cx, &[t, k, i], dt)?, &w, &ids, &r)?;
+                let xs = Pair::new(cx, &[t, k, i + 3], dt)?.map(|x| x.narrow(2, 1, i))?;
                 check_sum(&name("strided x"), &xs, &w, &ids, &r)?;
                 let i32s = expert_ids(cx, t, k, ne, DType::I32)?;
                 let rd = Pair::new(cx, &[t, k], dt)?;
                 check_sum(
                     &name("int32 ids, weights in dtype"),
-                    &Pair::new(cx, &[t, k, 2 * i], dt)?,
+                    &Pair::new(cx, &[t, k, i], dt)?,
                     &w,
                     &i32s,
                     &rd,
@@ -317,10 +327,12 @@ fn experts_sum(cx: &mut Ctx) -> Res {
         }
         let (ne, n, i) = (6, 33, 129);
         let w = Pair::new(cx, &[ne, n, i], dt)?;
-        let x = Pair::new(cx, &[2, 2, 2 * i], dt)?;
+        let x = Pair::new(cx, &[2, 2, i], dt)?;
         let r = Pair::new(cx, &[2, 2], DType::F32)?;
         let neg = ids_of(cx, vec![-1, 2, -6, 0], 2, 2, DType::I64)?;
         check_sum(&format!("{dt} negative ids"), &x, &w, &neg, &r)?;
+        let gu = Pair::new(cx, &[ne, 2 * i, 64], dt)?;
+        check_swiglu(&format!("{dt} swiglu negative ids"), &Pair::new(cx, &[2, 64], dt)?, &gu, &neg)?;
         let ws = Pair::new(cx, &[ne, n, i + 5], dt)?.map(|t| t.narrow(2, 2, i))?;
         if gemv::experts_sum_declines(2, 2, ws.g.layout(), dt).is_none() {
             return Err("strided weights must take the composed path".into());
@@ -333,32 +345,42 @@ fn experts_sum(cx: &mut Ctx) -> Res {
             &r,
         )?;
         // Slot 1 names expert `ne`: it adds nothing on the GPU (the CPU refuses it), so the
-        // sum is that of slots 0 and 2 alone.
+        // sum is that of slots 0 and 2 alone; its SwiGLU row is zero.
         let bad = ids_of(cx, vec![1, ne as i64, 0], 1, 3, DType::I64)?;
         let good = ids_of(cx, vec![1, 0], 1, 2, DType::I64)?;
-        let (x3, r3) = (Pair::new(cx, &[1, 3, 2 * i], dt)?, Pair::new(cx, &[1, 3], DType::F32)?);
+        let (x3, r3) = (Pair::new(cx, &[1, 3, i], dt)?, Pair::new(cx, &[1, 3], DType::F32)?);
         let pick = |t: &Tensor| {
             let idx = Tensor::from_vec(vec![0i64, 2], &[2], t.device())?;
             t.index_select(1, &idx)
         };
-        let got = x3.g.expert_swiglu_sum(&w.g, &bad.g, &r3.g).map_err(e)?;
-        let cpu = pick(&x3.c).and_then(|x| x.expert_swiglu_sum(&w.c, &good.c, &pick(&r3.c)?)).map_err(e)?;
+        let got = x3.g.expert_linear_sum(&w.g, &bad.g, &r3.g).map_err(e)?;
+        let cpu = pick(&x3.c).and_then(|x| x.expert_linear_sum(&w.c, &good.c, &pick(&r3.c)?)).map_err(e)?;
         same(&format!("{dt} sum beside a bad slot"), &got, &cpu, tol(dt))?;
+        let row = Pair::new(cx, &[1, 64], dt)?;
+        let act = row.g.expert_swiglu(&gu.g, &bad.g).and_then(|a| a.narrow(1, 1, 1)?.abs()?.max(&[], false));
+        if act.and_then(|m| m.to_dtype(DType::F64)?.to_vec::<f64>()).map_err(e)? != [0.0] {
+            return Err(format!("{dt} swiglu: a slot out of range must give a zero row"));
+        }
     }
     // Every compiled tile under a few layouts.
     let (ne, n, i) = (4, 37, 1000);
     let w = Pair::new(cx, &[ne, n, i], DType::BF16)?;
-    let x = Pair::new(cx, &[2, 3, 2 * i], DType::BF16)?;
+    let gu = Pair::new(cx, &[ne, 2 * i, n + 3], DType::BF16)?;
+    let x = Pair::new(cx, &[2, 3, i], DType::BF16)?;
+    let xh = Pair::new(cx, &[2, n + 3], DType::BF16)?;
     let r = Pair::new(cx, &[2, 3], DType::F32)?;
     let ids = expert_ids(cx, 2, 3, ne, DType::I64)?;
-    let cpu = x.c.expert_swiglu_sum(&w.c, &ids.c, &r.c).map_err(e)?;
+    let cpu = x.c.expert_linear_sum(&w.c, &ids.c, &r.c).map_err(e)?;
+    let cpu_act = xh.c.expert_swiglu(&gu.c, &ids.c).map_err(e)?;
     for &(vec, rows, unroll) in TILES {
         for (split, warps) in [(1, 4), (3, 6), (16, 16)] {
             let v = Variant::new(vec, rows, unroll, split, warps);
             let _forced = kiln::settings::GEMV_VARIANT.scoped(Some(v));
             let gpu =
-                x.g.expert_swiglu_sum(&w.g, &ids.g, &r.g).map_err(|er| format!("experts sum {v}: {er}"))?;
+                x.g.expert_linear_sum(&w.g, &ids.g, &r.g).map_err(|er| format!("experts sum {v}: {er}"))?;
             same(&format!("experts sum {v}"), &gpu, &cpu, tol(DType::BF16))?;
+            let act = xh.g.expert_swiglu(&gu.g, &ids.g).map_err(|er| format!("experts swiglu {v}: {er}"))?;
+            same(&format!("experts swiglu {v}"), &act, &cpu_act, tol(DType::BF16))?;
         }
     }
     Ok(())

@@ -14,9 +14,14 @@ pub struct Sdpa<'a> {
     /// Broadcastable to `[..., Hq, L, S]`: bool (true = the query attends to the key) or a
     /// float dtype (added to the scores, in f32).
     pub attn_mask: Option<&'a Tensor>,
-    /// Query `i` attends to keys `0..=i` (top-left aligned when L ≠ S, as PyTorch); not
-    /// together with `attn_mask`.
+    /// Query `i` attends to keys `0..=i + causal_offset` (top-left aligned when L ≠ S, as
+    /// PyTorch); not together with `attn_mask`.
     pub is_causal: bool,
+    /// With `is_causal`, where the diagonal starts (kiln's own; PyTorch's is 0): `S − L`
+    /// aligns it bottom-right, as a decoder's `L` new queries after `S − L` cached keys
+    /// see the cache and themselves up to their own position. Kernels read it as a number,
+    /// so no `[L, S]` mask is made. Rows it leaves with no key (a negative offset) give 0.
+    pub causal_offset: isize,
     /// Multiplies the scores; `None` is `1 / sqrt(E)`.
     pub scale: Option<f64>,
     /// Key and value heads (dim −3) each serve `Hq / Hkv` consecutive query heads.
@@ -37,10 +42,12 @@ impl Tensor {
     /// mask and softmax. With `enable_gqa` the query heads of one key head are folded into
     /// its rows, so keys and values are read as they lie (no repeat).
     ///
-    /// On CUDA, 1–8 queries per head without `attn_mask` take the decode attention kernel
-    /// (`cuda/ops/attention_decode.rs`, which says which shapes fit); on the CPU, the same
-    /// calls with `[B, H, S, E]` operands take `cpu/attention.rs`, computed in f32 and
-    /// rounded once. The rest are composed (`KILN_DECODE_ATTENTION=0`: all of them).
+    /// On CUDA, 1–8 queries per head without `attn_mask` (and top-left if causal) take the
+    /// decode attention kernel (`cuda/ops/attention_decode.rs`, which says which shapes
+    /// fit); other calls without `kv_len` take the prefill (flash) kernel where
+    /// `cuda/ops/attention_prefill.rs` says they fit. On the CPU, the decode kernel's calls
+    /// with `[B, H, S, E]` operands take `cpu/attention.rs`, computed in f32 and rounded
+    /// once. The rest are composed (`KILN_DECODE_ATTENTION=0`, `KILN_PREFILL_ATTENTION=0`).
     pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, o: &Sdpa<'_>) -> Result<Tensor> {
         let q = self;
         check(q, key, value, o)?;
@@ -50,10 +57,14 @@ impl Tensor {
         if let Some(out) = decode_kernel(q, key, value, o, scale)? {
             return Ok(out);
         }
+        if let Some(out) = prefill_kernel(q, key, value, o, scale)? {
+            return Ok(out);
+        }
         if let Some(out) = cpu_decode(q, key, value, o, scale)? {
             return Ok(out);
         }
-        let causal = if o.is_causal { Some(Sdpa::causal_mask(l, s, 0, q.device())?) } else { None };
+        let causal =
+            if o.is_causal { Some(Sdpa::causal_mask(l, s, o.causal_offset, q.device())?) } else { None };
         let bias = match (o.attn_mask, causal, o.kv_len) {
             (Some(m), _, _) => Some(additive(m)?),
             (None, c, Some(n)) => {
@@ -80,7 +91,7 @@ impl Tensor {
             scores = if g > 1 { grouped_add(&scores, b, g, l, s)? } else { scores.add(b)? };
         }
         let mut probs = scores.softmax(-1)?;
-        if o.attn_mask.is_some() || o.kv_len.is_some() {
+        if o.attn_mask.is_some() || o.kv_len.is_some() || (o.is_causal && o.causal_offset < 0) {
             // Every key masked: 0, not softmax's NaN.
             let dead = scores.max(&[-1], true)?.eq_scalar(f64::NEG_INFINITY)?;
             probs = Tensor::where_cond(&dead, &Tensor::scalar(0.0, DType::F32, q.device())?, &probs)?;
@@ -102,18 +113,15 @@ fn decode_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -
     use crate::storage::Storage;
     if !matches!(q.device(), crate::Device::Cuda(_))
         || o.attn_mask.is_some()
+        || (o.is_causal && o.causal_offset != 0)
         || !crate::settings::DECODE_ATTENTION.get()?
     {
         return Ok(None);
     }
-    let sh = match attention_decode::declines(q.layout(), k.layout(), v.layout(), q.dtype()) {
-        // Heads that only broadcast (without enable_gqa) must be 1 or equal.
-        Ok(sh) if o.enable_gqa || sh.hkv == 1 || sh.hkv == sh.hq => sh,
-        Ok(_) => return Ok(None),
-        Err(why) => {
-            tracing::debug!("scaled_dot_product_attention {:?} {:?}: composed ({why})", q.shape(), k.shape());
-            return Ok(None);
-        }
+    let Some(sh) =
+        kernel_shape(q, k, o, attention_decode::declines(q.layout(), k.layout(), v.layout(), q.dtype()))
+    else {
+        return Ok(None);
     };
     let len = o.kv_len.map(|n| n.read());
     let len_ptr = match (len.as_deref(), o.kv_len) {
@@ -133,9 +141,89 @@ fn decode_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -
         )?,
         _ => unreachable!("devices checked"),
     };
+    Ok(Some(kernel_output(q, buf, sh)))
+}
+
+/// A kernel's shape where `declined` accepted the views and their heads fit `o`: heads
+/// that only broadcast (without `enable_gqa`) must be 1 or equal. `None` (logged): composed.
+fn kernel_shape(
+    q: &Tensor,
+    k: &Tensor,
+    o: &Sdpa<'_>,
+    declined: std::result::Result<crate::cuda::ops::attention_decode::Shape, &'static str>,
+) -> Option<crate::cuda::ops::attention_decode::Shape> {
+    match declined {
+        Ok(sh) if o.enable_gqa || sh.hkv == 1 || sh.hkv == sh.hq => Some(sh),
+        Ok(_) => None,
+        Err(why) => {
+            tracing::debug!("scaled_dot_product_attention {:?} {:?}: composed ({why})", q.shape(), k.shape());
+            None
+        }
+    }
+}
+
+/// A kernel's `[..., Hq, L, E]` output buffer as a tensor.
+fn kernel_output(
+    q: &Tensor,
+    buf: crate::cuda::DeviceBuffer,
+    sh: crate::cuda::ops::attention_decode::Shape,
+) -> Tensor {
     let mut shape = q.shape()[..q.rank() - 2].to_vec();
     shape.extend([sh.l, sh.e]);
-    Ok(Some(Tensor::from_storage(Storage::Cuda(buf), &shape, q.dtype(), q.device())))
+    Tensor::from_storage(crate::storage::Storage::Cuda(buf), &shape, q.dtype(), q.device())
+}
+
+/// The CUDA prefill (flash) kernel's result, or `None` where the composed path takes the
+/// call: no `kv_len`, a mask that broadcasts to `[B, Hq, L, S]` without widening the batch.
+/// Float masks other than f32 are widened to f32 first (as the composed path adds them).
+fn prefill_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
+    use crate::cuda::ops::attention_prefill::{self, Mask};
+    use crate::storage::Storage;
+    if !matches!(q.device(), crate::Device::Cuda(_))
+        || o.kv_len.is_some()
+        || !crate::settings::PREFILL_ATTENTION.get()?
+    {
+        return Ok(None);
+    }
+    let Some(sh) =
+        kernel_shape(q, k, o, attention_prefill::declines(q.layout(), k.layout(), v.layout(), q.dtype()))
+    else {
+        return Ok(None);
+    };
+    let mask = match o.attn_mask {
+        Some(m) if m.dtype() == DType::Bool || m.dtype() == DType::F32 => Some(m.clone()),
+        Some(m) => Some(m.to_dtype(DType::F32)?),
+        None => None,
+    };
+    let strides = match &mask {
+        Some(m) => match attention_prefill::mask_strides(m.layout(), &sh, q.rank() == 4) {
+            Some(st) => Some(st),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let mask_storage = mask.as_ref().map(|m| m.read());
+    let mask_arg = match (mask_storage.as_deref(), &mask, strides) {
+        (Some(Storage::Cuda(b)), Some(m), Some(strides)) => {
+            Some(Mask { buf: b, bool: m.dtype() == DType::Bool, offset: m.layout().offset, strides })
+        }
+        _ => None,
+    };
+    let causal = o.is_causal.then_some(o.causal_offset);
+    let buf = match (&*q.read(), &*k.read(), &*v.read()) {
+        (Storage::Cuda(qb), Storage::Cuda(kb), Storage::Cuda(vb)) => attention_prefill::sdpa(
+            (qb, q.layout()),
+            (kb, k.layout()),
+            (vb, v.layout()),
+            mask_arg,
+            sh,
+            q.dtype(),
+            causal,
+            scale,
+        )?,
+        _ => unreachable!("devices checked"),
+    };
+    Ok(Some(kernel_output(q, buf, sh)))
 }
 
 /// The CPU decode attention's result, or `None` where the composed path takes the call:
@@ -147,6 +235,7 @@ fn cpu_decode(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> R
     let [qs, ks, vs] = [q, k, v].map(|t| t.shape());
     let fits = q.device() == crate::Device::Cpu
         && o.attn_mask.is_none()
+        && !(o.is_causal && o.causal_offset != 0)
         && [qs, ks, vs].iter().all(|s| s.len() == 4 && s[0] == qs[0])
         && (1..=8).contains(&qs[2])
         && vs[1] == ks[1]
@@ -229,6 +318,9 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>) -> Result<()> {
     if o.is_causal && o.attn_mask.is_some() {
         return Err(Error::invalid(OP, "an explicit attn_mask and is_causal = true do not go together"));
     }
+    if o.causal_offset != 0 && !o.is_causal {
+        return Err(Error::invalid(OP, "causal_offset needs is_causal = true"));
+    }
     if let Some(n) = o.kv_len {
         if o.attn_mask.is_some() {
             return Err(Error::invalid(OP, "an explicit attn_mask and kv_len do not go together"));
@@ -266,11 +358,13 @@ fn additive(m: &Tensor) -> Result<Tensor> {
 
 impl Sdpa<'_> {
     /// The additive causal mask `[L, S]` (f32): 0 where query `i` may see key `j ≤ i +
-    /// offset`, −inf elsewhere. `is_causal` is offset 0 (top-left); a decoder whose `L` new
-    /// queries follow `offset` cached keys passes it as `attn_mask` (bottom-right).
-    pub fn causal_mask(l: usize, s: usize, offset: usize, device: crate::Device) -> Result<Tensor> {
+    /// offset`, −inf elsewhere: the composed path's form of `is_causal` with
+    /// `causal_offset`. Kernels read the offset instead.
+    pub fn causal_mask(l: usize, s: usize, offset: isize, device: crate::Device) -> Result<Tensor> {
         let m: Vec<f32> = (0..l)
-            .flat_map(|i| (0..s).map(move |j| if j <= i + offset { 0.0 } else { f32::NEG_INFINITY }))
+            .flat_map(|i| {
+                (0..s).map(move |j| if j as isize <= i as isize + offset { 0.0 } else { f32::NEG_INFINITY })
+            })
             .collect();
         Tensor::from_vec(m, &[l, s], device)
     }
@@ -417,6 +511,34 @@ mod tests {
         close(&y, &want);
         let row1 = y.narrow(2, 1, 1).unwrap().to_f64_vec().unwrap();
         assert!(row1.iter().all(|&x| x == 0.0), "fully masked row: {row1:?}");
+    }
+
+    #[test]
+    fn causal_offset_moves_the_diagonal() {
+        let r = |shape: &[usize], seed| Tensor::randn(shape, seed, DType::F32, CPU).unwrap();
+        // Bottom-right (S − L), past S, negative (the first rows see nothing): L of 1–8 (the
+        // CPU decode path's sizes) and more, grouped heads.
+        for (n, (l, s, off)) in
+            [(3, 7, 4), (12, 20, 8), (5, 5, 9), (6, 4, -2), (10, 10, -10)].into_iter().enumerate()
+        {
+            let seed = 40 + 3 * n as u64;
+            let (q, k, v) = (r(&[2, 4, l, 8], seed), r(&[2, 2, s, 8], seed + 1), r(&[2, 2, s, 5], seed + 2));
+            let keep: Vec<f32> = (0..l * s)
+                .map(|x| if (x % s) as isize <= (x / s) as isize + off { 1.0 } else { 0.0 })
+                .collect();
+            let keep = Tensor::from_vec(keep, &[l, s], CPU).unwrap().to_dtype(DType::Bool).unwrap();
+            let o = Sdpa { is_causal: true, causal_offset: off, enable_gqa: true, ..Sdpa::default() };
+            let y = q.scaled_dot_product_attention(&k, &v, &o).unwrap();
+            close(&y, &naive(&q, &k, &v, Some(&keep), false, true));
+            if off < 0 {
+                let dead = y.narrow(2, 0, (-off) as usize).unwrap().to_f64_vec().unwrap();
+                assert!(dead.iter().all(|&x| x == 0.0), "rows before the diagonal: {dead:?}");
+            }
+        }
+        let (q, k) = (r(&[1, 2, 3, 8], 1), r(&[1, 2, 5, 8], 2));
+        let o = Sdpa { causal_offset: 2, ..Sdpa::default() };
+        let err = q.scaled_dot_product_attention(&k, &k, &o).unwrap_err().to_string();
+        assert!(err.contains("causal_offset needs is_causal"), "{err}");
     }
 
     #[test]

@@ -3,14 +3,17 @@
 //!   — a layer at decode. On CUDA the experts kernel of `kernels/gemv.cu` streams only the
 //!   chosen experts' weights, with no gathered copy and no host sync; shapes it declines
 //!   (and the CPU) take reference paths with the same result.
-//! - `expert_swiglu_sum`: the rest of a decode step's experts — SwiGLU of the gate_up
-//!   products, the down projection of each slot's expert and the router-weighted sum — as
-//!   one launch on CUDA (`kernels/gemv.cu`); the CPU composes the same ops.
+//! - `expert_swiglu`: the same with gate_up experts, storing SwiGLU's `silu(gate) · up`
+//!   (one launch on CUDA: each warp computes a gate row and its up row).
+//! - `expert_linear_sum`: the rest of a decode step's experts — the down projection of
+//!   each slot's expert and the router-weighted sum — as one launch on CUDA
+//!   (`kernels/gemv.cu`); the CPU composes the same ops.
 //! - `expert_groups`: the (token, slot) pairs grouped by expert — a prompt, whose experts
 //!   then run as `grouped_mm`s. On CUDA a counting sort in `kernels/expert_groups.cu`, no
 //!   host sync.
 
 use super::index::{check_index_dtype, host_indices};
+use crate::cuda::ops::gemv::Pairs;
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 use crate::{Device, Tensor};
@@ -92,17 +95,42 @@ impl Tensor {
     /// dtype → `[T, k, N]`. Negative indices wrap once; an index still outside `[0, E)` is
     /// an error on the CPU and a zero row on the GPU, as `index_select` treats it.
     pub fn expert_linear(&self, weights: &Tensor, experts: &Tensor) -> Result<Tensor> {
-        const OP: &str = "expert_linear";
-        self.check_same_device(weights, OP)?;
-        self.check_same_device(experts, OP)?;
-        if self.dtype != weights.dtype {
-            return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: weights.dtype });
+        self.experts_product("expert_linear", weights, experts, Pairs(false))
+    }
+
+    /// SwiGLU of the chosen gate_up experts: `silu(g) · u` where `g`, `u` are the first and
+    /// last `I` outputs of [`Tensor::expert_linear`] against `gate_up` `[E, 2·I, K]` (gate
+    /// rows, then up rows, per expert) → `[T, k, I]`. On CUDA one launch computes each gate
+    /// row with its up row and stores the product as `silu_mul` would (same bits as the
+    /// composed ops); elsewhere, and where the kernel declines, the composed ops.
+    pub fn expert_swiglu(&self, gate_up: &Tensor, experts: &Tensor) -> Result<Tensor> {
+        if gate_up.rank() == 3 && !gate_up.shape()[1].is_multiple_of(2) {
+            return Err(Error::bad_shape(
+                "expert_swiglu",
+                format!("gate_up experts have {} rows: must be 2·I (gate, then up)", gate_up.shape()[1]),
+            ));
         }
-        check_index_dtype(OP, experts)?;
+        self.experts_product("expert_swiglu", gate_up, experts, Pairs(true))
+    }
+
+    /// [`Tensor::expert_linear`], or with `pairs` [`Tensor::expert_swiglu`].
+    fn experts_product(
+        &self,
+        op: &'static str,
+        weights: &Tensor,
+        experts: &Tensor,
+        pairs: Pairs,
+    ) -> Result<Tensor> {
+        self.check_same_device(weights, op)?;
+        self.check_same_device(experts, op)?;
+        if self.dtype != weights.dtype {
+            return Err(Error::DTypeMismatch { op, lhs: self.dtype, rhs: weights.dtype });
+        }
+        check_index_dtype(op, experts)?;
         let (xs, ws, es) = (self.shape(), weights.shape(), experts.shape());
         if ws.len() != 3 || es.len() != 2 {
             return Err(Error::bad_shape(
-                OP,
+                op,
                 format!("weights must be [E, N, K] and experts [T, k], got {ws:?} and {es:?}"),
             ));
         }
@@ -112,16 +140,33 @@ impl Tensor {
             [xt, xj, xk] if *xt == t && *xj == slots && *xk == k => 1,
             _ => {
                 return Err(Error::bad_shape(
-                    OP,
+                    op,
                     format!("x must be [T, K] or [T, k, K] = [{t}, {k}] or [{t}, {slots}, {k}] for experts {es:?} and weights {ws:?}, got {xs:?}"),
                 ))
             }
         };
+        let n_out = if pairs.0 { n / 2 } else { n };
         if t * slots == 0 {
-            return Tensor::zeros(&[t, slots, n], self.dtype, self.device);
+            return Tensor::zeros(&[t, slots, n_out], self.dtype, self.device);
         }
         if e == 0 {
-            return Err(Error::IndexOutOfRange { op: OP, index: 0, size: 0 });
+            return Err(Error::IndexOutOfRange { op, index: 0, size: 0 });
+        }
+        if pairs.0 {
+            let why = match &*weights.read() {
+                Storage::Cuda(b) => crate::cuda::ops::gemv::pairs_decline(
+                    n,
+                    k,
+                    b.ptr() + (weights.layout.offset * weights.dtype.size()) as u64,
+                    weights.dtype,
+                ),
+                _ => Some("not on CUDA"),
+            };
+            if let Some(why) = why {
+                tracing::debug!("{op} {t}x{slots} of {ws:?} {}: composed ({why})", self.dtype);
+                let h = self.experts_product(op, weights, experts, Pairs(false))?;
+                return h.narrow(-1, 0, n_out)?.silu_mul(&h.narrow(-1, n_out, n_out)?);
+            }
         }
         if let Device::Cuda(_) = self.device {
             let why = crate::cuda::ops::gemv::experts_declines(t * slots, &weights.layout, self.dtype);
@@ -137,21 +182,33 @@ impl Tensor {
                             i,
                             &experts.layout,
                             experts.dtype,
+                            pairs,
                             self.dtype,
                         )?
                     }
                     _ => unreachable!("devices checked above"),
                 };
-                return Ok(Tensor::from_storage(Storage::Cuda(buf), &[t, slots, n], self.dtype, self.device));
+                return Ok(Tensor::from_storage(
+                    Storage::Cuda(buf),
+                    &[t, slots, n_out],
+                    self.dtype,
+                    self.device,
+                ));
             };
-            tracing::debug!("{OP} {t}x{slots} of {ws:?} {}: composed path ({why})", self.dtype);
+            tracing::debug!("{op} {t}x{slots} of {ws:?} {}: composed path ({why})", self.dtype);
             // Each slot's weight gathered, then one batched product: no host sync.
             let w = weights.index_select(0, &experts.reshape(&[t * slots])?)?;
             let x = self.reshape(&[t, slots / per_row, 1, k])?.expand(&[t, slots, 1, k])?;
-            return x.matmul(&w.reshape(&[t, slots, n, k])?.transpose(-1, -2)?)?.reshape(&[t, slots, n]);
+            let h = x.matmul(&w.reshape(&[t, slots, n, k])?.transpose(-1, -2)?)?.reshape(&[t, slots, n])?;
+            return if pairs.0 {
+                h.narrow(-1, 0, n_out)?.silu_mul(&h.narrow(-1, n_out, n_out)?)
+            } else {
+                Ok(h)
+            };
         }
-        // CPU: the indices are host memory; each slot is one linear on its expert's view.
-        let idx = host_indices(OP, experts, e)?;
+        // CPU (pairs were composed above): the indices are host memory; each slot is one
+        // linear on its expert's view.
+        let idx = host_indices(op, experts, e)?;
         let x = self.reshape(&[t * slots / per_row, k])?;
         let rows = idx
             .iter()
@@ -163,18 +220,17 @@ impl Tensor {
 }
 
 impl Tensor {
-    /// A mixture-of-experts block's output after its gate_up products `self` `[T, k, 2·I]`
-    /// (gate the first `I` of each row, up the rest): `y[t] = Σ_j weights[t, j] ·
-    /// down[experts[t, j]] · (silu(gate[t, j]) · up[t, j])`, with `down` `[E, N, I]` stacked
-    /// experts (F.linear's `[out, in]`), `experts` `[T, k]` of any integer dtype and
-    /// `weights` `[T, k]` of a float dtype (the router's) → `[T, N]` in `self`'s dtype.
-    /// The SwiGLU product is rounded to the dtype as `silu_mul` stores it; the weighted sum
-    /// runs in f32 and is rounded once. Indices follow [`Tensor::expert_linear`] (negative
-    /// wraps once; still outside `[0, E)`: an error on the CPU, nothing added on the GPU).
-    /// On CUDA one launch (no host sync); elsewhere, and for shapes the kernel declines,
-    /// the composed `silu_mul` → `expert_linear` → weighted sum.
-    pub fn expert_swiglu_sum(&self, down: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Tensor> {
-        const OP: &str = "expert_swiglu_sum";
+    /// A mixture-of-experts block's output after its SwiGLU activations `self` `[T, k, I]`
+    /// (one row per slot, [`Tensor::expert_swiglu`]): `y[t] = Σ_j weights[t, j] ·
+    /// down[experts[t, j]] · self[t, j]`, with `down` `[E, N, I]` stacked experts
+    /// (F.linear's `[out, in]`), `experts` `[T, k]` of any integer dtype and `weights`
+    /// `[T, k]` of a float dtype (the router's) → `[T, N]` in `self`'s dtype. The weighted
+    /// sum runs in f32 and is rounded once. Indices follow [`Tensor::expert_linear`]
+    /// (negative wraps once; still outside `[0, E)`: an error on the CPU, nothing added on
+    /// the GPU). On CUDA one launch (no host sync); elsewhere, and for shapes the kernel
+    /// declines, the composed `expert_linear` → weighted sum.
+    pub fn expert_linear_sum(&self, down: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Tensor> {
+        const OP: &str = "expert_linear_sum";
         for t in [down, experts, weights] {
             self.check_same_device(t, OP)?;
         }
@@ -190,18 +246,18 @@ impl Tensor {
             });
         }
         let (xs, ds, es) = (self.shape(), down.shape(), experts.shape());
-        let shapes_fit = matches!((xs, ds, es), ([xt, xk, x2i], [_, _, i], [et, ek])
-            if xt == et && xk == ek && *x2i == 2 * i);
+        let shapes_fit = matches!((xs, ds, es), ([xt, xk, xi], [_, _, i], [et, ek])
+            if xt == et && xk == ek && xi == i);
         if !shapes_fit || weights.shape() != es {
             return Err(Error::bad_shape(
                 OP,
                 format!(
-                    "needs x [T, k, 2·I], down [E, N, I], experts and weights [T, k]; got x {xs:?}, down {ds:?}, experts {es:?}, weights {:?}",
+                    "needs x [T, k, I], down [E, N, I], experts and weights [T, k]; got x {xs:?}, down {ds:?}, experts {es:?}, weights {:?}",
                     weights.shape()
                 ),
             ));
         }
-        let (t, k, n, i) = (es[0], es[1], ds[1], ds[2]);
+        let (t, k, n) = (es[0], es[1], ds[1]);
         if t * k == 0 {
             return Tensor::zeros(&[t, n], self.dtype, self.device);
         }
@@ -214,7 +270,7 @@ impl Tensor {
             let Some(why) = why else {
                 let buf = match (&*self.read(), &*down.read(), &*experts.read(), &*weights.read()) {
                     (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(e), Storage::Cuda(r)) => {
-                        crate::cuda::ops::gemv::expert_swiglu_sum(
+                        crate::cuda::ops::gemv::expert_linear_sum(
                             x,
                             &self.layout,
                             w,
@@ -233,7 +289,7 @@ impl Tensor {
             };
             tracing::debug!("{OP} {t}x{k} of {ds:?} {}: composed path ({why})", self.dtype);
         }
-        let y = self.narrow(-1, 0, i)?.silu_mul(&self.narrow(-1, i, i)?)?.expert_linear(down, experts)?;
+        let y = self.expert_linear(down, experts)?;
         let f32 = crate::DType::F32;
         weights.unsqueeze(1)?.matmul(&y.to_dtype(f32)?)?.reshape(&[t, n])?.to_dtype(self.dtype)
     }
@@ -275,46 +331,54 @@ mod tests {
         }
     }
 
-    /// The fused SwiGLU + down + weighted sum equals its parts in f64, a negative index
-    /// wraps, and bad shapes are refused.
+    /// expert_swiglu then expert_linear_sum equal SwiGLU, the down projection and the
+    /// weighted sum in f64; a negative index wraps, and bad shapes are refused.
     #[test]
-    fn expert_swiglu_sum_is_its_parts() {
-        let (e, n, i, t, k) = (5, 7, 6, 3, 2);
-        let down = randn(&[e, n, i], 1);
-        let x = randn(&[t, k, 2 * i], 2);
+    fn expert_swiglu_and_sum_are_their_parts() {
+        let (e, n, i, h, t, k) = (5, 7, 6, 4, 3, 2);
+        let (gate_up, down) = (randn(&[e, 2 * i, h], 4), randn(&[e, n, i], 1));
+        let x = randn(&[t, h], 2);
         let experts = Tensor::from_vec(vec![3i64, 0, -1, 3, 2, 1], &[t, k], Device::Cpu).unwrap();
         let weights = randn(&[t, k], 3);
-        let y = x.expert_swiglu_sum(&down, &experts, &weights).unwrap();
+        let act = x.expert_swiglu(&gate_up, &experts).unwrap();
+        assert_eq!(act.shape(), [t, k, i]);
+        let y = act.expert_linear_sum(&down, &experts, &weights).unwrap();
         assert_eq!(y.shape(), [t, n]);
         let f = |v: &Tensor| v.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
-        let (dv, xv, wv, yv) = (f(&down), f(&x), f(&weights), f(&y));
+        let (gv, dv, xv, wv, av, yv) = (f(&gate_up), f(&down), f(&x), f(&weights), f(&act), f(&y));
         let chosen = [3usize, 0, 4, 3, 2, 1];
+        let close = |got: f64, want: f64, what: &str| {
+            assert!((got - want).abs() < 1e-5 * (1.0 + want.abs()), "{what}: {got} vs {want}")
+        };
         for tok in 0..t {
+            for j in 0..k {
+                let (s, ex) = (tok * k + j, chosen[tok * k + j]);
+                let dot = |row: usize| {
+                    (0..h).map(|c| gv[(ex * 2 * i + row) * h + c] * xv[tok * h + c]).sum::<f64>()
+                };
+                for c in 0..i {
+                    let (g, u) = (dot(c), dot(i + c));
+                    close(av[s * i + c], g / (1.0 + (-g).exp()) * u, &format!("slot {s} act {c}"));
+                }
+            }
             for o in 0..n {
                 let want: f64 = (0..k)
                     .map(|j| {
                         let (s, ex) = (tok * k + j, chosen[tok * k + j]);
-                        let act = |c: usize| {
-                            let (g, u) = (xv[s * 2 * i + c], xv[s * 2 * i + i + c]);
-                            g / (1.0 + (-g).exp()) * u
-                        };
-                        wv[s] * (0..i).map(|c| dv[(ex * n + o) * i + c] * act(c)).sum::<f64>()
+                        wv[s] * (0..i).map(|c| dv[(ex * n + o) * i + c] * av[s * i + c]).sum::<f64>()
                     })
                     .sum();
-                let got = yv[tok * n + o];
-                assert!(
-                    (got - want).abs() < 1e-5 * (1.0 + want.abs()),
-                    "token {tok} out {o}: {got} vs {want}"
-                );
+                close(yv[tok * n + o], want, &format!("token {tok} out {o}"));
             }
         }
         let msg = |r: crate::Result<Tensor>| r.unwrap_err().to_string();
+        assert!(msg(x.expert_swiglu(&gate_up.narrow(1, 0, 2 * i - 1).unwrap(), &experts)).contains("2·I"));
         assert!(
-            msg(randn(&[t, k, 2 * i + 1], 2).expert_swiglu_sum(&down, &experts, &weights)).contains("2·I")
+            msg(randn(&[t, k, i + 1], 2).expert_linear_sum(&down, &experts, &weights)).contains("[T, k, I]")
         );
-        assert!(msg(x.expert_swiglu_sum(&down, &experts, &randn(&[t, k + 1], 3))).contains("weights"));
+        assert!(msg(act.expert_linear_sum(&down, &experts, &randn(&[t, k + 1], 3))).contains("weights"));
         let far = Tensor::from_vec(vec![0i64, 5, 0, 0, 0, 0], &[t, k], Device::Cpu).unwrap();
-        assert!(msg(x.expert_swiglu_sum(&down, &far, &weights)).contains("out of range"));
+        assert!(msg(act.expert_linear_sum(&down, &far, &weights)).contains("out of range"));
     }
 
     /// Groups in expert order, pairs in order within a group, and the round trip

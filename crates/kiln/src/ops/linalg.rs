@@ -41,7 +41,7 @@ pub(super) fn check_of(op: &'static str, t: &Tensor, ok: &[DType], expected: &'s
 }
 
 /// What `check_of` checks, on any device.
-fn check_matrix(op: &'static str, t: &Tensor, ok: &[DType], expected: &'static str) -> Result<()> {
+pub(super) fn check_matrix(op: &'static str, t: &Tensor, ok: &[DType], expected: &'static str) -> Result<()> {
     if !ok.contains(&t.dtype()) {
         return Err(Error::DTypeNotSupported { op, got: t.dtype(), expected });
     }

@@ -4,16 +4,90 @@
 //! of the largest |x| in the column (|re| + |im| for complex: icamax / scabs1), so a
 //! different (equally valid) pivot order would give different `LU` and `pivots`. Reals
 //! are computed in f64, complex64 in complex128, and returned in the input's dtype.
-//! CUDA tensors get `Error::NotImplemented`, as the other linalg ops.
+//!
+//! On CUDA (`cuda/kernels/linalg_lu.cu`) the three ops compute the same way and give the
+//! same factors and pivots: one block per matrix when it fits in shared memory, one
+//! launch per column otherwise.
 
-use super::linalg::{check_of, system_lead};
+use super::linalg::{check_matrix, check_of, system_lead};
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 use num_complex::{Complex32, Complex64};
 use std::ops::{Div, Mul, Neg, Sub};
 
+const DTYPES: &[DType] = &[DType::F32, DType::F64, DType::C64];
+const EXPECTED: &str = "f32, f64 or complex64";
+
 fn check(op: &'static str, t: &Tensor) -> Result<()> {
-    check_of(op, t, &[DType::F32, DType::F64, DType::C64], "f32, f64 or complex64")
+    check_of(op, t, DTYPES, EXPECTED)
+}
+
+/// `check` on any device.
+fn check_any(op: &'static str, t: &Tensor) -> Result<()> {
+    check_matrix(op, t, DTYPES, EXPECTED)
+}
+
+/// A CUDA tensor of `shape` holding `buf`.
+fn cuda_tensor(buf: crate::cuda::DeviceBuffer, shape: &[usize], dtype: DType, device: Device) -> Tensor {
+    Tensor::from_storage(Storage::Cuda(buf), shape, dtype, device)
+}
+
+/// The CUDA buffer of a dense CUDA tensor.
+fn with_buffer<R>(t: &Tensor, f: impl FnOnce(&crate::cuda::DeviceBuffer) -> Result<R>) -> Result<R> {
+    match &*t.read() {
+        Storage::Cuda(x) => f(x),
+        Storage::Cpu(_) => unreachable!("a CUDA tensor"),
+    }
+}
+
+impl Tensor {
+    /// The CUDA half of `linalg_lu_factor` (`factors`) or `linalg_det` (checked operand):
+    /// `(LU, pivots)` or `(det, None)`.
+    fn lu_cuda(&self, factors: bool) -> Result<(Tensor, Option<Tensor>)> {
+        let (lead, m, n, count) = dims(self);
+        let (dt, dev) = (self.dtype(), self.device());
+        let mut pshape = lead.to_vec();
+        pshape.push(m.min(n));
+        if count * m * n == 0 {
+            return Ok(if factors {
+                (Tensor::zeros(self.shape(), dt, dev)?, Some(Tensor::zeros(&pshape, DType::I32, dev)?))
+            } else {
+                (Tensor::ones(lead, dt, dev)?, None) // det of 0 × 0 is 1
+            });
+        }
+        let a = self.dense()?;
+        let (lu, piv, det) =
+            with_buffer(&a, |x| crate::cuda::ops::lu_factor(x, dt, count, (m, n), (factors, !factors)))?;
+        Ok(match (lu, piv, det) {
+            (Some(lu), Some(piv), _) => {
+                (cuda_tensor(lu, self.shape(), dt, dev), Some(cuda_tensor(piv, &pshape, DType::I32, dev)))
+            }
+            (_, _, Some(det)) => (cuda_tensor(det, lead, dt, dev), None),
+            _ => unreachable!("lu_factor returns what it was asked for"),
+        })
+    }
+
+    /// The CUDA half of `linalg_lu_solve`: checked operands, batch dims `lead`.
+    fn lu_solve_cuda(&self, pivots: &Tensor, b: &Tensor, lead: &[usize]) -> Result<Tensor> {
+        let n = self.shape()[self.rank() - 1];
+        let k = b.shape()[b.rank() - 1];
+        let count: usize = lead.iter().product();
+        let full = |t: &Tensor, tail: &[usize]| -> Result<Tensor> {
+            t.broadcast_to(&[lead, tail].concat())?.dense()
+        };
+        let bshape = [lead, &[n, k]].concat();
+        if count * n * k == 0 {
+            return Tensor::zeros(&bshape, b.dtype(), b.device());
+        }
+        let (lu, piv, b) = (full(self, &[n, n])?, full(pivots, &[n])?, full(b, &[n, k])?);
+        let x = with_buffer(&lu, |l| {
+            with_buffer(&piv, |p| {
+                with_buffer(&b, |y| crate::cuda::ops::lu_solve(l, p, y, b.dtype(), count, (n, k)))
+            })
+        })?;
+        Ok(cuda_tensor(x, &bshape, b.dtype(), b.device()))
+    }
 }
 
 /// The field an LU is computed in: f64 for real inputs, complex128 for complex64.
@@ -190,6 +264,11 @@ impl Tensor {
     /// chooses it. A singular matrix still factors (U gets a zero on its diagonal), as
     /// LAPACK's `info > 0`.
     pub fn linalg_lu_factor(&self) -> Result<(Tensor, Tensor)> {
+        if self.device() != Device::Cpu {
+            check_any("linalg.lu_factor", self)?;
+            let (lu, piv) = self.lu_cuda(true)?;
+            return Ok((lu, piv.expect("the factors come with pivots")));
+        }
         check("linalg.lu_factor", self)?;
         with_field!(self.dtype(), T, lu_factor::<T>(self))
     }
@@ -197,12 +276,16 @@ impl Tensor {
     /// `torch.linalg.lu_solve(LU, pivots, B)` (left, not adjoint) with `self` as `LU`
     /// `[..., n, n]` from [`Tensor::linalg_lu_factor`]: X `[..., n, k]` with `A X = B`;
     /// `B`'s and `LU`'s batch dims broadcast (`pivots` `[..., n]` follows `LU`'s). A
-    /// singular U gives infinities / NaN, as LAPACK's getrs does.
+    /// singular U gives infinities / NaN, as LAPACK's getrs does. Pivots out of range are an
+    /// error on the CPU; on CUDA they are skipped, since checking them would synchronise.
     pub fn linalg_lu_solve(&self, pivots: &Tensor, b: &Tensor) -> Result<Tensor> {
         const OP: &str = "linalg.lu_solve";
         let fits = |a: &[usize], b: &[usize]| a[0] == a[1] && a[0] == b[0];
-        let lead = system_lead(OP, self, b, check, fits)?;
+        let cuda = self.device() != Device::Cpu;
+        let chk = |op, t: &Tensor| if cuda { check_any(op, t) } else { check(op, t) };
+        let lead = system_lead(OP, self, b, chk, fits)?;
         self.check_same_device(pivots, OP)?;
+        self.check_same_device(b, OP)?;
         let r = self.rank();
         let n = self.shape()[r - 1];
         if pivots.dtype() != DType::I32 {
@@ -214,6 +297,9 @@ impl Tensor {
                 lhs: self.shape().to_vec(),
                 rhs: pivots.shape().to_vec(),
             });
+        }
+        if cuda {
+            return self.lu_solve_cuda(pivots, b, &lead);
         }
         let broadcast = |t: &Tensor, tail: usize| -> Result<Tensor> {
             let mut shape = lead.clone();
@@ -242,10 +328,13 @@ impl Tensor {
     /// diagonal times the sign of the row swaps; a singular matrix gives 0.
     pub fn linalg_det(&self) -> Result<Tensor> {
         const OP: &str = "linalg.det";
-        check(OP, self)?;
+        check_any(OP, self)?;
         let (_, m, n, _) = dims(self);
         if m != n {
             return Err(Error::bad_shape(OP, format!("needs square matrices, got {:?}", self.shape())));
+        }
+        if self.device() != Device::Cpu {
+            return Ok(self.lu_cuda(false)?.0);
         }
         with_field!(self.dtype(), T, det::<T>(self))
     }

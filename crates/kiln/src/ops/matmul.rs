@@ -3,6 +3,7 @@
 
 use crate::cpu;
 use crate::cpu::CpuBuffer;
+use crate::cuda::ops::gemv::Pairs;
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
 use crate::storage::Storage;
@@ -80,35 +81,48 @@ impl Tensor {
         }
     }
 
-    /// `F.linear(silu(gate) · up, weight, bias)` for `self` `[..., 2·I]` holding gate then up
-    /// (an MLP's gate_up output) and `weight` `[out, I]`: SwiGLU and the down projection.
-    /// On CUDA one row (a decode step) runs both in one GEMV launch, the product rounded
-    /// to the dtype as `silu_mul` stores it, so the result is the composed one's; anything
-    /// else runs `silu_mul`, then `linear`. The GEMV recomputes the product for each output
-    /// row: for Llama-3.1-8B's MLP it was slower than the two launches (H100), so the
-    /// models keep them apart.
-    pub fn swiglu_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        const OP: &str = "swiglu_linear";
-        let two_i = *self.shape().last().ok_or_else(|| Error::bad_shape(OP, "x must have a last dim"))?;
-        if two_i % 2 != 0 {
-            return Err(Error::bad_shape(OP, format!("x's last dim {two_i} must be 2·I (gate, then up)")));
+    /// SwiGLU of an MLP's gate and up projections, `silu(x · gateᵀ) · (x · upᵀ)`, for
+    /// `self` `[..., K]` and `gate_up` `[2·I, K]` (gate rows, then up rows) → `[..., I]`.
+    /// On CUDA 1–8 rows (a decode step) run as one GEMV launch whose warps each compute a
+    /// gate row and its up row, rounded to the dtype as `linear` stores them, then SwiGLU
+    /// as `silu_mul` computes it: the result is the composed one's. Anything else runs
+    /// `linear`, then `silu_mul`.
+    pub fn linear_swiglu(&self, gate_up: &Tensor) -> Result<Tensor> {
+        const OP: &str = "linear_swiglu";
+        let [two_i, k] = *gate_up.shape() else {
+            return Err(Error::bad_shape(OP, format!("gate_up must be [2·I, K], got {:?}", gate_up.shape())));
+        };
+        if !two_i.is_multiple_of(2) {
+            return Err(Error::bad_shape(
+                OP,
+                format!("gate_up has {two_i} rows: must be 2·I (gate, then up)"),
+            ));
         }
-        let i = two_i / 2;
+        let rows = self.numel().checked_div(k).unwrap_or(0);
         let fused = self.device.is_cuda()
-            && self.numel() == two_i
-            && weight.rank() == 2
-            && weight.shape()[1] == i
-            && weight.device == self.device
-            && weight.dtype == self.dtype
-            && bias.is_none_or(|b| {
-                b.device == self.device && b.dtype == self.dtype && b.shape() == [weight.shape()[0]]
-            })
-            && crate::cuda::ops::gemv::declines(1, weight.shape()[0], i, &weight.layout, self.dtype)
-                .is_none();
+            && gate_up.device == self.device
+            && gate_up.dtype == self.dtype
+            && self.shape().last() == Some(&k)
+            && crate::cuda::ops::gemv::declines(rows, two_i, k, &gate_up.layout, self.dtype).is_none()
+            && self.cuda_pairs_fit(gate_up);
         if !fused {
-            return self.narrow(-1, 0, i)?.silu_mul(&self.narrow(-1, i, i)?)?.linear(weight, bias);
+            let h = self.linear(gate_up, None)?;
+            let i = two_i / 2;
+            return h.narrow(-1, 0, i)?.silu_mul(&h.narrow(-1, i, i)?);
         }
-        self.cuda_gemv(weight, bias, true)
+        self.cuda_gemv(gate_up, None, Pairs(true))
+    }
+
+    /// Whether CUDA gate_up weight `w` `[2·I, K]` can run as SwiGLU pairs (alignment).
+    fn cuda_pairs_fit(&self, w: &Tensor) -> bool {
+        let storage = w.read();
+        let Storage::Cuda(b) = &*storage else { return false };
+        let wp = b.ptr() + (w.layout.offset * w.dtype.size()) as u64;
+        let why = crate::cuda::ops::gemv::pairs_decline(w.shape()[0], w.shape()[1], wp, w.dtype);
+        if let Some(why) = why {
+            tracing::debug!("linear_swiglu {:?} {}: composed ({why})", w.shape(), w.dtype);
+        }
+        why.is_none()
     }
 
     /// The GEMV path of `linear` and `matmul` (`cuda/ops/gemv.rs`, `cpu/gemv.rs`): `None`
@@ -130,13 +144,13 @@ impl Tensor {
             tracing::debug!("linear {rows}x[{n}, {k}] {}: cuBLAS path ({why})", self.dtype);
             return Ok(None);
         }
-        self.cuda_gemv(weight, bias, false).map(Some)
+        self.cuda_gemv(weight, bias, Pairs(false)).map(Some)
     }
 
-    /// The CUDA GEMV launch of [`Tensor::linear`] (and with `swiglu`, of
-    /// [`Tensor::swiglu_linear`]) once its callers checked devices, dtypes and shapes:
-    /// `self` `[..., K or 2·K]`, `weight` `[N, K]` → `[..., N]`.
-    fn cuda_gemv(&self, weight: &Tensor, bias: Option<&Tensor>, swiglu: bool) -> Result<Tensor> {
+    /// The CUDA GEMV launch of [`Tensor::linear`] (and with `pairs`, of
+    /// [`Tensor::linear_swiglu`]) once its callers checked devices, dtypes and shapes:
+    /// `self` `[..., K]`, `weight` `[N, K]` → `[..., N]` (`[..., N / 2]` with pairs).
+    fn cuda_gemv(&self, weight: &Tensor, bias: Option<&Tensor>, pairs: Pairs) -> Result<Tensor> {
         let bias_storage = bias.map(|b| b.read());
         let bias_arg = match (bias_storage.as_deref(), bias) {
             (Some(Storage::Cuda(b)), Some(bt)) => Some((b, &bt.layout)),
@@ -149,13 +163,13 @@ impl Tensor {
                 w,
                 &weight.layout,
                 bias_arg,
-                swiglu,
+                pairs,
                 self.dtype,
             )?,
             _ => unreachable!("devices checked above"),
         };
         let mut shape = self.shape()[..self.rank() - 1].to_vec();
-        shape.push(weight.shape()[0]);
+        shape.push(if pairs.0 { weight.shape()[0] / 2 } else { weight.shape()[0] });
         Ok(Tensor::from_storage(Storage::Cuda(buf), &shape, self.dtype, self.device))
     }
     /// `torch._grouped_mm(self, b, offs)` for a 2-D `self` `[M, K]` and `b` `[G, K, N]`
@@ -311,25 +325,24 @@ fn cpu_matmul(x: &CpuBuffer, a: &Tensor, y: &CpuBuffer, b: &Tensor) -> Result<Cp
 mod tests {
     use crate::{DType, Device, Tensor};
 
-    /// swiglu_linear is silu(gate) · up, then linear; an odd last dim is refused.
+    /// linear_swiglu is silu(x · gateᵀ) · (x · upᵀ); an odd number of gate_up rows is
+    /// refused.
     #[test]
-    fn swiglu_linear_is_silu_mul_then_linear() {
-        let x = Tensor::randn(&[2, 6], 1, DType::F64, Device::Cpu).unwrap();
-        let (w, b) = (
-            Tensor::randn(&[4, 3], 2, DType::F64, Device::Cpu).unwrap(),
-            Tensor::randn(&[4], 3, DType::F64, Device::Cpu).unwrap(),
-        );
-        let got = x.swiglu_linear(&w, Some(&b)).unwrap().to_vec::<f64>().unwrap();
-        let (xv, wv, bv) =
-            (x.to_vec::<f64>().unwrap(), w.to_vec::<f64>().unwrap(), b.to_vec::<f64>().unwrap());
+    fn linear_swiglu_is_linear_then_silu_mul() {
+        let x = Tensor::randn(&[2, 3], 1, DType::F64, Device::Cpu).unwrap();
+        let w = Tensor::randn(&[8, 3], 2, DType::F64, Device::Cpu).unwrap();
+        let got = x.linear_swiglu(&w).unwrap();
+        assert_eq!(got.shape(), [2, 4]);
+        let (got, xv, wv) =
+            (got.to_vec::<f64>().unwrap(), x.to_vec::<f64>().unwrap(), w.to_vec::<f64>().unwrap());
         for r in 0..2 {
+            let dot = |o: usize| (0..3).map(|c| xv[r * 3 + c] * wv[o * 3 + c]).sum::<f64>();
             for o in 0..4 {
-                let act = |c: usize| xv[r * 6 + c] / (1.0 + (-xv[r * 6 + c]).exp()) * xv[r * 6 + 3 + c];
-                let want = bv[o] + (0..3).map(|c| wv[o * 3 + c] * act(c)).sum::<f64>();
-                assert!((got[r * 4 + o] - want).abs() < 1e-12, "row {r} out {o}");
+                let (g, u) = (dot(o), dot(4 + o));
+                assert!((got[r * 4 + o] - g / (1.0 + (-g).exp()) * u).abs() < 1e-12, "row {r} out {o}");
             }
         }
-        assert!(x.narrow(1, 0, 5).unwrap().swiglu_linear(&w, None).unwrap_err().to_string().contains("2·I"));
+        assert!(x.linear_swiglu(&w.narrow(0, 0, 7).unwrap()).unwrap_err().to_string().contains("2·I"));
     }
 
     /// Each row of the output is its row of A times its group's B (f64 reference); an

@@ -163,6 +163,10 @@ impl Tensor {
                 Storage::Cpu(cpu::rotary::rotary(xb, cb, sb, r, t, d, p, self.dtype))
             }
             (Storage::Cuda(cb), Storage::Cuda(sb)) => {
+                let max_d = crate::cuda::ops::rotary_max_head_dim(self.dtype);
+                if d > max_d {
+                    return Err(Error::bad_shape(op, format!("rows of {d} past the CUDA kernel's {max_d}")));
+                }
                 let start_guard = match start {
                     RotaryStart::Device(s) if host_start.is_none() => Some((s.read(), s.layout.offset)),
                     _ => None,

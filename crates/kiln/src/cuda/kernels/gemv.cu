@@ -71,25 +71,10 @@ template <typename T, int VB> __device__ __forceinline__ void set_elem(Raw<VB>& 
     }
 }
 
-// An x row as the dot products read it, piece c (VB bytes) at a time.
-// PlainX: the row as stored.
+// An x row as the dot products read it, piece c (VB bytes) at a time: the row as stored.
 template <typename T, int VB> struct PlainX {
     const char* p;
     __device__ __forceinline__ Raw<VB> load(i64 c) const { return ld_x<VB>(p + c * VB); }
-};
-// SwigluX: silu(gate) · up of a gate_up row (up `up_bytes` after gate), rounded to T as the
-// separate silu_mul launch would store it, so fusing it changes no bit of the product.
-template <typename T, int VB> struct SwigluX {
-    const char* p;
-    i64 up_bytes;
-    __device__ __forceinline__ Raw<VB> load(i64 c) const {
-        constexpr int E = VB / (int)sizeof(T);
-        const Raw<VB> g = ld_x<VB>(p + c * VB), u = ld_x<VB>(p + up_bytes + c * VB);
-        Raw<VB> r = g;
-#pragma unroll
-        for (int e = 0; e < E; ++e) set_elem<T>(r, e, silu_mul(elem<T>(g, e), elem<T>(u, e)));
-        return r;
-    }
 };
 
 // U pieces (step apart from piece c, of kc per row) of R weight rows against MM x rows.
@@ -134,16 +119,29 @@ __device__ __forceinline__ void dot_rows(const char* const (&wr)[R], const X (&x
 }
 
 // Row n of R rows from n0 (past N: row N-1 re-read, no divergence, nothing stored).
-template <int R> __device__ __forceinline__ void weight_rows(const char* (&wr)[R], const char* w, i64 n0, int N,
-                                                             int K, int size) {
+// PAIRS: the weight is [2·N, K], gate rows then up rows, and the R rows are R / 2 (gate,
+// up) pairs of outputs n0, n0 + 1, ...
+template <int R, bool PAIRS> __device__ __forceinline__ void weight_rows(const char* (&wr)[R], const char* w, i64 n0,
+                                                                         int N, int K, int size) {
+    constexpr int O = PAIRS ? R / 2 : R;
 #pragma unroll
-    for (int r = 0; r < R; ++r) wr[r] = w + (n0 + r < N ? n0 + r : (i64)N - 1) * (i64)K * size;
+    for (int o = 0; o < O; ++o) {
+        const i64 n = n0 + o < N ? n0 + o : (i64)N - 1;
+        if constexpr (PAIRS) {
+            wr[2 * o] = w + n * (i64)K * size;
+            wr[2 * o + 1] = w + (N + n) * (i64)K * size;
+        } else {
+            wr[o] = w + n * (i64)K * size;
+        }
+    }
 }
 
 // Sums each lane's partials over the warp, then over the G warps of the row group (in
 // shared memory, in a fixed order: deterministic), and the group's first warp stores
-// out[m, n0 + r] (+ bias): lane r*MM + m writes it.
-template <typename T, int R, int MM>
+// out[m, n0 + o] (+ bias): lane o*MM + m writes it. PAIRS: output o is silu(gate) · up of
+// rows 2o and 2o + 1, each rounded to T first, as separate linear and silu_mul launches
+// store them, so fusing changes no bit of the result.
+template <typename T, int R, int MM, bool PAIRS>
 __device__ __forceinline__ void store_rows(float (&acc)[R][MM], float (*part)[R * MM], int G, const T* bias,
                                            i64 bs, T* out, i64 n0, int M, int N) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -161,52 +159,57 @@ __device__ __forceinline__ void store_rows(float (&acc)[R][MM], float (*part)[R 
         __syncthreads();
     }
     if (warp % G != 0) return;
+    const auto total = [&](int r, int m) {
+        float s = acc[r][m];
+        for (int j = 1; j < G; ++j) s += part[warp + j][r * MM + m];
+        return s;
+    };
+    constexpr int O = PAIRS ? R / 2 : R;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int o = 0; o < O; ++o) {
 #pragma unroll
         for (int m = 0; m < MM; ++m) {
-            const i64 n = n0 + r;
-            if (lane == r * MM + m && n < N && m < M) {
-                float s = acc[r][m];
-                for (int j = 1; j < G; ++j) s += part[warp + j][r * MM + m];
-                if (bias) s += up<float>(bias[n * bs]);
+            const i64 n = n0 + o;
+            if (lane == o * MM + m && n < N && m < M) {
+                float s;
+                if constexpr (PAIRS) {
+                    s = silu_mul(up<float>(down<T>(total(2 * o, m))), up<float>(down<T>(total(2 * o + 1, m))));
+                } else {
+                    s = total(o, m);
+                    if (bias) s += up<float>(bias[n * bs]);
+                }
                 out[(i64)m * N + n] = down<T>(s);
             }
         }
     }
 }
 
-// X's row type: the row as stored, or (SWIGLU) silu(gate) · up of a [2K] gate_up row.
-template <bool SWIGLU, typename T, int VB> struct XRow { typedef PlainX<T, VB> type; };
-template <typename T, int VB> struct XRow<true, T, VB> { typedef SwigluX<T, VB> type; };
-
-// The G warps of a row group interleave over K (split-K).
-template <typename T, int VB, int R, int U, int MM, bool SWIGLU = false>
+// The G warps of a row group interleave over K (split-K). PAIRS: w is [2·N, K] (gate
+// rows, then up rows) and out[m, n] = silu(x·gate_n) · (x·up_n) (store_rows).
+template <typename T, int VB, int R, int U, int MM, bool PAIRS = false>
 __device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bias, i64 bs, T* out,
                                      int M, int N, int K, int G) {
     __shared__ float part[GEMV_MAX_WARPS][R * MM];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % G;
     const int groups = (int)(blockDim.x >> 5) / G;
-    const i64 n0 = ((i64)blockIdx.x * groups + warp / G) * R;
+    const i64 n0 = ((i64)blockIdx.x * groups + warp / G) * (PAIRS ? R / 2 : R);
     const char* wr[R];
-    weight_rows<R>(wr, (const char*)w, n0, N, K, sizeof(T));
-    typename XRow<SWIGLU, T, VB>::type xr[MM];
+    weight_rows<R, PAIRS>(wr, (const char*)w, n0, N, K, sizeof(T));
+    PlainX<T, VB> xr[MM];
 #pragma unroll
-    for (int m = 0; m < MM; ++m) {
-        xr[m].p = (const char*)(x + (i64)(m < M ? m : M - 1) * xs);
-        if constexpr (SWIGLU) xr[m].up_bytes = (i64)K * sizeof(T);
-    }
+    for (int m = 0; m < MM; ++m) xr[m].p = (const char*)(x + (i64)(m < M ? m : M - 1) * xs);
     float acc[R][MM] = {};
     dot_rows<T, VB, R, U, MM>(wr, xr, g * 32 + lane, 32 * G, K / (VB / (int)sizeof(T)), acc);
-    store_rows<T, R, MM>(acc, part, G, bias, bs, out, n0, M, N);
+    store_rows<T, R, MM, PAIRS>(acc, part, G, bias, bs, out, n0, M, N);
 }
 
 // Mixture-of-experts decode: slot s = blockIdx.y multiplies x row s / per_row (xs apart)
-// by expert experts[s] of the stacked weights [E, N, K] into out[s, :N]. The expert is read
-// on the device, so routing needs no host sync, and only the chosen experts' weights are
-// streamed (no gathered copy). An index outside [-E, E) yields a zero row, as index_select
-// reads it on the GPU.
-template <typename T, int VB, int R, int U>
+// by expert experts[s] of the stacked weights [E, N, K] into out[s, :N] (PAIRS: [E, 2·N, K]
+// gate_up experts, out[s, n] = silu(gate_n) · up_n). The expert is read on the device, so
+// routing needs no host sync, and only the chosen experts' weights are streamed (no
+// gathered copy). An index outside [-E, E) yields a zero row, as index_select reads it on
+// the GPU.
+template <typename T, int VB, int R, int U, bool PAIRS>
 __device__ __forceinline__ void gemv_experts(const T* x, i64 xs, int per_row, const T* w, const i64* experts,
                                              int E, T* out, int N, int K, int G) {
     const int s = blockIdx.y;
@@ -214,22 +217,24 @@ __device__ __forceinline__ void gemv_experts(const T* x, i64 xs, int per_row, co
     if (e < 0) e += E;
     T* o = out + (i64)s * N;
     if (e < 0 || e >= E) {
-        const int rows = (int)(blockDim.x >> 5) / G * R, n0 = blockIdx.x * rows;
+        const int rows = (int)(blockDim.x >> 5) / G * (PAIRS ? R / 2 : R), n0 = blockIdx.x * rows;
         for (int i = threadIdx.x; i < rows && n0 + i < N; i += blockDim.x) o[n0 + i] = down<T>(0.f);
         return;
     }
-    gemv<T, VB, R, U, 1>(x + (i64)(s / per_row) * xs, xs, w + e * N * (i64)K, nullptr, 0, o, 1, N, K, G);
+    const i64 rows_per_expert = PAIRS ? 2 * (i64)N : N;
+    gemv<T, VB, R, U, 1, PAIRS>(x + (i64)(s / per_row) * xs, xs, w + e * rows_per_expert * K, nullptr, 0, o, 1, N, K,
+                                G);
 }
 
 // The down projection of a mixture-of-experts decode step and the routed sum in one:
-// out[t, :N] = sum_j weights[t, j] * down[experts[t, j]] · swiglu(x[t, j]) for token
-// t = blockIdx.y, where x[t, j] is the gate_up output row of slot j (xs apart; up at +up_off
-// elements) and down is stacked [E, N, K]. The G warps of a row group split the k slots
-// (each runs whole rows), so a block keeps as many loads in flight as one per slot did;
-// their weighted partials meet in shared memory in slot order. The f32 sum is rounded
-// once. An index outside [-E, E) adds nothing (expert_linear's zero row).
+// out[t, :N] = sum_j weights[t, j] * w[experts[t, j]] · x[t, j] for token t = blockIdx.y,
+// where x[t, j] is slot j's activation row (xs apart) and w is stacked [E, N, K]. The G
+// warps of a row group split the k slots (each runs whole rows), so a block keeps as many
+// loads in flight as one per slot did; their weighted partials meet in shared memory in
+// slot order. The f32 sum is rounded once. An index outside [-E, E) adds nothing
+// (expert_linear's zero row).
 template <typename T, int VB, int R, int U>
-__device__ __forceinline__ void gemv_experts_sum(const T* x, i64 xs, i64 up_off, const T* w, const i64* experts,
+__device__ __forceinline__ void gemv_experts_sum(const T* x, i64 xs, const T* w, const i64* experts,
                                                  const float* weights, int k, int E, T* out, int N, int K, int G) {
     __shared__ float part[GEMV_MAX_WARPS][R];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % G;
@@ -241,55 +246,55 @@ __device__ __forceinline__ void gemv_experts_sum(const T* x, i64 xs, i64 up_off,
         if (e < 0) e += E;
         if (e < 0 || e >= E) continue;
         const char* wr[R];
-        weight_rows<R>(wr, (const char*)(w + e * N * (i64)K), n0, N, K, sizeof(T));
-        const SwigluX<T, VB> xr[1] = {{(const char*)(x + (t * k + j) * xs), up_off * (i64)sizeof(T)}};
+        weight_rows<R, false>(wr, (const char*)(w + e * N * (i64)K), n0, N, K, sizeof(T));
+        const PlainX<T, VB> xr[1] = {{(const char*)(x + (t * k + j) * xs)}};
         float acc[R][1] = {};
         dot_rows<T, VB, R, U, 1>(wr, xr, lane, 32, K / (VB / (int)sizeof(T)), acc);
         const float wj = weights[t * k + j];
 #pragma unroll
         for (int r = 0; r < R; ++r) tot[r][0] = fmaf(wj, acc[r][0], tot[r][0]);
     }
-    store_rows<T, R, 1>(tot, part, G, (const T*)nullptr, 0, out + t * N, n0, 1, N);
+    store_rows<T, R, 1, false>(tot, part, G, (const T*)nullptr, 0, out + t * N, n0, 1, N);
 }
 
-// gemv_<dtype>_b<VB>_r<R>_u<U>_m<MM>, gemv_swiglu_<dtype>_b<VB>_r<R>_u<U> (one x row, a
-// [2K] gate_up row: an MLP's down projection), gemv_experts_<dtype>_b<VB>_r<R>_u<U> and
-// gemv_experts_sum_<dtype>_b<VB>_r<R>_u<U>; cuda/ops/gemv.rs lists the same tiles (TILES).
-#define KILN_GEMV(S, T, VB, R, U, MM)                                                              \
+// gemv_<dtype>_b<VB>_r<R>_u<U>_m<MM>, gemv_experts_<dtype>_b<VB>_r<R>_u<U> and
+// gemv_experts_sum_<dtype>_b<VB>_r<R>_u<U> for every tile; gemv_pairs_<dtype>_..._m<MM> and
+// gemv_experts_pairs_<dtype>_... (SwiGLU of gate_up pairs) for the tiles of even R.
+// cuda/ops/gemv.rs lists the same tiles (TILES).
+#define KILN_GEMV(S, T, VB, R, U, MM, PAIRS, NAME)                                                 \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
-        gemv_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,       \
-                                               i64 bs, T* out, int M, int N, int K, int G) {        \
+        NAME##_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,    \
+                                                 i64 bs, T* out, int M, int N, int K, int G) {      \
         kiln_after_previous_kernel();                                                              \
-        gemv<T, VB, R, U, MM>(x, xs, w, bias, bs, out, M, N, K, G);                               \
+        gemv<T, VB, R, U, MM, PAIRS>(x, xs, w, bias, bs, out, M, N, K, G);                         \
     }
-#define KILN_GEMV_SWIGLU(S, T, VB, R, U)                                                           \
+#define KILN_GEMV_EXPERTS(S, T, VB, R, U, PAIRS, NAME)                                             \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
-        gemv_swiglu_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, const T* w, const T* bias, i64 bs, \
-                                              T* out, int M, int N, int K, int G) {                \
+        NAME##_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, int per_row, const T* w,              \
+                                         const i64* experts, int E, T* out, int N, int K, int G) {  \
         kiln_after_previous_kernel();                                                              \
-        gemv<T, VB, R, U, 1, true>(x, xs, w, bias, bs, out, M, N, K, G);                           \
+        gemv_experts<T, VB, R, U, PAIRS>(x, xs, per_row, w, experts, E, out, N, K, G);             \
     }
-#define KILN_GEMV_EXPERTS(S, T, VB, R, U)                                                          \
+#define KILN_GEMV_EXPERTS_SUM(S, T, VB, R, U)                                                      \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
-        gemv_experts_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, int per_row, const T* w,         \
-                                               const i64* experts, int E, T* out, int N, int K,     \
-                                               int G) {                                             \
-        kiln_after_previous_kernel();                                                              \
-        gemv_experts<T, VB, R, U>(x, xs, per_row, w, experts, E, out, N, K, G);                    \
-    }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
-        gemv_experts_sum_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, i64 up_off, const T* w,        \
+        gemv_experts_sum_##S##_b##VB##_r##R##_u##U(const T* x, i64 xs, const T* w,                 \
                                                    const i64* experts, const float* weights, int k, \
                                                    int E, T* out, int N, int K, int G) {            \
         kiln_after_previous_kernel();                                                              \
-        gemv_experts_sum<T, VB, R, U>(x, xs, up_off, w, experts, weights, k, E, out, N, K, G);      \
+        gemv_experts_sum<T, VB, R, U>(x, xs, w, experts, weights, k, E, out, N, K, G);              \
     }
+#define KILN_GEMV_ROWS(S, T, VB, R, U, PAIRS, NAME)                                                \
+    KILN_GEMV(S, T, VB, R, U, 1, PAIRS, NAME) KILN_GEMV(S, T, VB, R, U, 2, PAIRS, NAME)            \
+    KILN_GEMV(S, T, VB, R, U, 4, PAIRS, NAME) KILN_GEMV(S, T, VB, R, U, 8, PAIRS, NAME)
 #define KILN_GEMV_TILE(S, T, VB, R, U)                                                             \
-    KILN_GEMV(S, T, VB, R, U, 1) KILN_GEMV(S, T, VB, R, U, 2) KILN_GEMV(S, T, VB, R, U, 4)         \
-    KILN_GEMV(S, T, VB, R, U, 8) KILN_GEMV_SWIGLU(S, T, VB, R, U) KILN_GEMV_EXPERTS(S, T, VB, R, U)
+    KILN_GEMV_ROWS(S, T, VB, R, U, false, gemv) KILN_GEMV_EXPERTS(S, T, VB, R, U, false, gemv_experts) \
+    KILN_GEMV_EXPERTS_SUM(S, T, VB, R, U)
+#define KILN_GEMV_PAIR_TILE(S, T, VB, R, U)                                                        \
+    KILN_GEMV_TILE(S, T, VB, R, U) KILN_GEMV_ROWS(S, T, VB, R, U, true, gemv_pairs)               \
+    KILN_GEMV_EXPERTS(S, T, VB, R, U, true, gemv_experts_pairs)
 #define KILN_GEMV_TILES(S, T)                                                                      \
-    KILN_GEMV_TILE(S, T, 16, 1, 4) KILN_GEMV_TILE(S, T, 16, 1, 8) KILN_GEMV_TILE(S, T, 16, 2, 4)   \
-    KILN_GEMV_TILE(S, T, 16, 4, 2) KILN_GEMV_TILE(S, T, 8, 1, 4) KILN_GEMV_TILE(S, T, 4, 1, 4)
+    KILN_GEMV_TILE(S, T, 16, 1, 4) KILN_GEMV_TILE(S, T, 16, 1, 8) KILN_GEMV_PAIR_TILE(S, T, 16, 2, 4) \
+    KILN_GEMV_PAIR_TILE(S, T, 16, 4, 2) KILN_GEMV_TILE(S, T, 8, 1, 4) KILN_GEMV_TILE(S, T, 4, 1, 4)
 KILN_GEMV_TILES(bf16, kbf)
 KILN_GEMV_TILES(f16, kh)
 KILN_GEMV_TILES(f32, float)

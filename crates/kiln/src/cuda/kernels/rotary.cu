@@ -9,86 +9,76 @@
 // tables (only possible through `start_ptr`; the host checks its own) gives NaN, not a
 // stray read. x is any strided view [.., T, D]; out is contiguous; math in Acc<T> (float,
 // double for f64), one rounding.
+//
+// NORM puts an RMS norm of each [D] row in front (Qwen3's q / k norms, both of one
+// projection in one launch): rows of heads (dim -3, H of them) below `split` take weight
+// w0, the rest w1, and the normed row is rounded to T, as rms_norm's output is, before it
+// turns.
+//
+// A warp per row: the row's start is found once (one strided index, its divisions, per
+// row rather than per element) and its D values staged in shared memory, where each lane
+// finds its rotate_half partner. A decode step's q and k (tens of rows) are then a few
+// dependent loads deep instead of several integer divisions per element.
 
-template <typename T>
-__device__ __forceinline__ void rotary(const T* x, Strided sx, const T* cos, const T* sin, i64 positions, int R,
-                                       const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 n) {
-    typedef typename Acc<T>::type A;
-    kiln_after_previous_kernel();
-    const i64 start = start_ptr ? start_ptr[0] : start_at;
-    const int half = R / 2;
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const int j = (int)(i % D);
-        const A v = up<A>(x[strided_offset(sx, i)]);
-        if (j >= R) {
-            out[i] = down<T>(v);
-            continue;
-        }
-        const i64 p = start + (i / D) % T_len;
-        if (p < 0 || p >= positions) {
-            out[i] = down<T>((A)kiln_nan());
-            continue;
-        }
-        const int pj = j < half ? j + half : j - half;
-        const A partner = up<A>(x[strided_offset(sx, i - j + pj)]);
-        const A turned = j < half ? -partner : partner;
-        out[i] = down<T>(v * up<A>(cos[p * R + j]) + turned * up<A>(sin[p * R + j]));
-    }
-}
+#define RT_WARPS 8
 
-// The same after an RMS norm of each [D] row (Qwen3's q / k norms, both of one projection
-// in one launch): a warp per row; rows of heads (dim -3, H of them) below `split` take
-// weight w0, the rest w1. The normed row is rounded to T, as rms_norm's output is, before
-// it turns; each lane normalises the partners it needs itself (L1 serves the re-reads).
-template <typename T>
-__device__ __forceinline__ void norm_rotary(const T* x, Strided sx, const T* w0, const T* w1, i64 split, i64 H,
+template <typename T, bool NORM>
+__device__ __forceinline__ void rotary_rows(const T* x, Strided sx, const T* w0, const T* w1, i64 split, i64 H,
                                             double eps, const T* cos, const T* sin, i64 positions, int R,
                                             const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 rows) {
     typedef typename Acc<T>::type A;
+    extern __shared__ unsigned char rt_smem[];
     kiln_after_previous_kernel();
     const i64 start = start_ptr ? start_ptr[0] : start_at;
-    const int half = R / 2, lane = threadIdx.x & 31;
-    const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
-    for (i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows; row += warps) {
-        const i64 base = row * D;
+    const int half = R / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 last = sx.strides[sx.rank - 1];
+    A* buf = reinterpret_cast<A*>(rt_smem) + (i64)warp * D;
+    for (i64 row = (i64)blockIdx.x * RT_WARPS + warp; row < rows; row += (i64)gridDim.x * RT_WARPS) {
+        const i64 src = strided_offset(sx, row * D);
         A ss = 0;
         for (int j = lane; j < D; j += 32) {
-            const A v = up<A>(x[strided_offset(sx, base + j)]);
+            const A v = up<A>(x[src + j * last]);
+            buf[j] = v;
             ss += v * v;
         }
-        ss = warp_sum(ss);
-        const A inv = (A)1 / sqrt(ss / (A)D + (A)eps);
-        const T* w = (row / T_len) % H < split ? w0 : w1;
-        auto normed = [&](int j) { return up<A>(down<T>(up<A>(x[strided_offset(sx, base + j)]) * inv * up<A>(w[j]))); };
+        if constexpr (NORM) {
+            ss = warp_sum(ss);
+            const A inv = (A)1 / sqrt(ss / (A)D + (A)eps);
+            const T* w = (row / T_len) % H < split ? w0 : w1;
+            for (int j = lane; j < D; j += 32) buf[j] = up<A>(down<T>(buf[j] * inv * up<A>(w[j])));
+        }
+        __syncwarp();
         const i64 p = start + row % T_len;
+        const bool off_table = p < 0 || p >= positions;
         for (int j = lane; j < D; j += 32) {
-            const A v = normed(j);
-            A o = v;
+            A o = buf[j];
             if (j < R) {
-                if (p < 0 || p >= positions) {
+                if (off_table) {
                     o = (A)kiln_nan();
                 } else {
-                    const A partner = normed(j < half ? j + half : j - half);
-                    o = v * up<A>(cos[p * R + j]) + (j < half ? -partner : partner) * up<A>(sin[p * R + j]);
+                    const A partner = buf[j < half ? j + half : j - half];
+                    o = o * up<A>(cos[p * R + j]) + (j < half ? -partner : partner) * up<A>(sin[p * R + j]);
                 }
             }
-            out[base + j] = down<T>(o);
+            out[row * D + j] = down<T>(o);
         }
+        __syncwarp();  // the next row reuses buf
     }
 }
 
 #define KILN_ROTARY(S, T)                                                                              \
-    extern "C" __global__ void rotary_##S(const T* x, Strided sx, const T* cos, const T* sin, i64 positions, \
-                                          int R, const i64* start_ptr, i64 start_at, T* out, i64 T_len,  \
-                                          int D, i64 n) {                                                \
-        rotary<T>(x, sx, cos, sin, positions, R, start_ptr, start_at, out, T_len, D, n);                 \
+    extern "C" __global__ void __launch_bounds__(32 * RT_WARPS)                                        \
+        rotary_##S(const T* x, Strided sx, const T* cos, const T* sin, i64 positions, int R,           \
+                   const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 rows) {           \
+        rotary_rows<T, false>(x, sx, nullptr, nullptr, 0, 1, 0.0, cos, sin, positions, R, start_ptr, start_at, \
+                              out, T_len, D, rows);                                                    \
     }                                                                                                  \
-    extern "C" __global__ void norm_rotary_##S(const T* x, Strided sx, const T* w0, const T* w1, i64 split,  \
-                                               i64 H, double eps, const T* cos, const T* sin,            \
-                                               i64 positions, int R, const i64* start_ptr, i64 start_at, \
-                                               T* out, i64 T_len, int D, i64 rows) {                     \
-        norm_rotary<T>(x, sx, w0, w1, split, H, eps, cos, sin, positions, R, start_ptr, start_at, out, T_len, D, \
-                       rows);                                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * RT_WARPS)                                        \
+        norm_rotary_##S(const T* x, Strided sx, const T* w0, const T* w1, i64 split, i64 H, double eps, \
+                        const T* cos, const T* sin, i64 positions, int R, const i64* start_ptr,         \
+                        i64 start_at, T* out, i64 T_len, int D, i64 rows) {                            \
+        rotary_rows<T, true>(x, sx, w0, w1, split, H, eps, cos, sin, positions, R, start_ptr, start_at, out, \
+                             T_len, D, rows);                                                          \
     }
 KILN_ROTARY(f32, float)
 KILN_ROTARY(f64, double)

@@ -87,17 +87,35 @@ pub struct Shape {
 
 /// (batch, head, position) strides of a rank-3 or rank-4 view whose last dim is
 /// contiguous, the batch stride 0 where the view has no batch or broadcasts it.
-fn strides(t: &Layout) -> [usize; 3] {
+pub(crate) fn strides(t: &Layout) -> [usize; 3] {
     let r = t.rank();
     let batch = if r == 4 && t.shape[0] > 1 { t.strides[0] } else { 0 };
     [batch, t.strides[r - 3], t.strides[r - 2]]
 }
 
-/// The kernel's view of `q`, `k`, `v`, or why the composed path takes them: ranks 3 or 4
-/// alike, batch equal or broadcast from 1 (queries: equal), key heads dividing the query
-/// heads, value heads and dims the keys', 1–8 queries, a compiled head dim, a float dtype,
-/// rows of E contiguous elements, and keys and values 16-byte aligned.
+/// The kernel's view of `q`, `k`, `v`, or why the composed path takes them: what
+/// [`views`] checks, 1–8 queries and a head dim of [`HEAD_DIMS`].
 pub fn declines(q: &Layout, k: &Layout, v: &Layout, dt: DType) -> std::result::Result<Shape, &'static str> {
+    let sh = views(q, k, v, dt)?;
+    if sh.l == 0 || sh.l > MAX_QUERIES {
+        return Err("queries outside 1..=8");
+    }
+    if !HEAD_DIMS.contains(&sh.e) {
+        return Err("head dim other than 64, 80, 96, 128, 256");
+    }
+    Ok(sh)
+}
+
+/// What the attention kernels (this one and `attention_prefill`) need of `q`, `k`, `v`:
+/// ranks 3 or 4 alike, batch equal or broadcast from 1 (queries: equal), key heads dividing
+/// the query heads, value heads and dims the keys', f16 / bf16, rows of E contiguous
+/// elements, and keys and values 16-byte aligned.
+pub(crate) fn views(
+    q: &Layout,
+    k: &Layout,
+    v: &Layout,
+    dt: DType,
+) -> std::result::Result<Shape, &'static str> {
     if !matches!(dt, DType::F16 | DType::BF16) {
         return Err("dtype other than f16 / bf16");
     }
@@ -117,25 +135,22 @@ pub fn declines(q: &Layout, k: &Layout, v: &Layout, dt: DType) -> std::result::R
     if hkv == 0 || hq < hkv || !hq.is_multiple_of(hkv) {
         return Err("key heads do not divide the query heads");
     }
-    if l == 0 || l > MAX_QUERIES {
-        return Err("queries outside 1..=8");
-    }
-    if !HEAD_DIMS.contains(&e) {
-        return Err("head dim other than 64, 80, 96, 128, 256");
-    }
     if [q, k, v].iter().any(|t| t.strides[r - 1] != 1) {
         return Err("rows of E not contiguous");
     }
     if batch * hq * l.max(s) > i32::MAX as usize {
         return Err("past i32 rows");
     }
-    let vec = 16 / dt.size();
-    let aligned =
-        |t: &Layout| t.offset.is_multiple_of(vec) && strides(t).iter().all(|s| s.is_multiple_of(vec));
-    if !aligned(k) || !aligned(v) {
+    if !aligned(k, dt) || !aligned(v, dt) {
         return Err("keys or values not 16-byte aligned");
     }
     Ok(Shape { batch, hq, hkv, l, s, e })
+}
+
+/// Whether every row of `t` (a view [`views`] accepts) starts on 16 bytes.
+pub(crate) fn aligned(t: &Layout, dt: DType) -> bool {
+    let vec = 16 / dt.size();
+    t.offset.is_multiple_of(vec) && strides(t).iter().all(|s| s.is_multiple_of(vec))
 }
 
 /// Row tiles per group, groups, and blocks per group (splits over the keys) for `sh` on a

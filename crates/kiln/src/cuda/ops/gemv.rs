@@ -1,7 +1,9 @@
 //! Decode-time `linear`: 1–8 rows of x against a contiguous row-major weight [N, K], bias
 //! fused (`kernels/gemv.cu`, whose header gives the floor), and `expert_linear`'s experts
 //! kernel, the same GEMV with one weight per slot picked from stacked experts on the
-//! device. [`TABLE`] is the one place that picks a kernel variant per shape.
+//! device. Either can take a gate_up weight `[2·I, K]` as (gate, up) row pairs and store
+//! SwiGLU's `silu(gate) · up` ([`Pairs`]). [`TABLE`] is the one place that picks a kernel
+//! variant per shape.
 //!
 //! Tuning: `KILN_GEMV_VARIANT=b16_r2_u4_g1_w4` (or `force`) forces one variant on
 //! every call; `kiln bench --suite linear` prints the variant each shape ran with, and with
@@ -47,9 +49,38 @@ impl Variant {
         Variant { vec, rows, unroll, split, warps }
     }
 
-    /// Output rows one block computes.
-    fn rows_per_block(self) -> usize {
-        (self.warps / self.split) as usize * self.rows as usize
+    /// Outputs one block computes (`pairs`: a (gate, up) pair of weight rows per output).
+    fn rows_per_block(self, pairs: Pairs) -> usize {
+        let per_warp = if pairs.0 { self.rows / 2 } else { self.rows };
+        (self.warps / self.split) as usize * per_warp as usize
+    }
+}
+
+/// Whether the weight is an MLP's gate_up `[2·I, K]` (gate rows, then up rows) whose
+/// output is SwiGLU's `silu(gate) · up` `[…, I]`, each product rounded to the dtype first
+/// as separate `linear` and `silu_mul` launches store them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pairs(pub bool);
+
+/// The tile of `v` for `pairs`: a warp's rows must hold whole pairs, so an odd row count
+/// becomes the 2-row tile (16-byte loads: [`pairs_decline`] asks for them).
+fn pair_tile(v: Variant, pairs: Pairs) -> Variant {
+    if pairs.0 && v.rows % 2 == 1 {
+        Variant { vec: 16, rows: 2, unroll: 4, ..v }
+    } else {
+        v
+    }
+}
+
+/// Why a gate_up weight of `rows` × K at `wp` cannot run as SwiGLU pairs (their tiles use
+/// 16-byte loads only); `None`: it can.
+pub fn pairs_decline(rows: usize, k: usize, wp: u64, dt: DType) -> Option<&'static str> {
+    if !rows.is_multiple_of(2) {
+        Some("an odd number of gate_up rows")
+    } else if !wp.is_multiple_of(16) || !(k * dt.size()).is_multiple_of(16) {
+        Some("gate_up rows not 16-byte aligned")
+    } else {
+        None
     }
 }
 
@@ -229,46 +260,50 @@ fn x_rows(
 }
 
 /// `x` `[..., K]` (any layout) · `w` `[N, K]`ᵀ (+ `bias` `[N]`, any stride) → `[rows, N]`, where
-/// [`declines`] said yes. With `swiglu`, x is one `[2·K]` row holding gate then up and the
-/// GEMV reads `silu(gate) · up` (rounded to dt, as silu_mul stores it) in its place.
+/// [`declines`] said yes; with `pairs` (and [`pairs_decline`] saying yes, no bias) SwiGLU
+/// of the gate_up weight `[N, K]` → `[rows, N / 2]`.
 pub fn linear(
     x: &DeviceBuffer,
     xl: &Layout,
     w: &DeviceBuffer,
     wl: &Layout,
     bias: Option<(&DeviceBuffer, &Layout)>,
-    swiglu: bool,
+    pairs: Pairs,
     dt: DType,
 ) -> Result<DeviceBuffer> {
     let dev = dev_of(w)?;
     let (n, k, size) = (wl.shape[0], wl.shape[1], dt.size());
-    let x_k = if swiglu { 2 * k } else { k };
-    let rows = xl.numel() / x_k;
-    let out = dev.alloc(rows * n * size)?;
+    let n_out = if pairs.0 { n / 2 } else { n };
+    let rows = xl.numel() / k;
+    let out = dev.alloc(rows * n_out * size)?;
     let wp = w.ptr() + (wl.offset * size) as u64;
-    let v = fit(choose(rows, n, k)?, wp, k, size);
-    let (x_copy, xp, xs) = x_rows(x, xl, x_k, rows, v, dt)?;
-    let (sfx, tile) = (suffix("linear", dt)?, format!("b{}_r{}_u{}", v.vec, v.rows, v.unroll));
-    let name = if swiglu {
-        format!("gemv_swiglu_{sfx}_{tile}")
-    } else {
-        format!("gemv_{sfx}_{tile}_m{}", rows.next_power_of_two())
-    };
+    let v = pair_tile(fit(choose(rows, n, k)?, wp, k, size), pairs);
+    let (x_copy, xp, xs) = x_rows(x, xl, k, rows, v, dt)?;
+    let kind = if pairs.0 { "gemv_pairs" } else { "gemv" };
+    let name = format!(
+        "{kind}_{}_b{}_r{}_u{}_m{}",
+        suffix("linear", dt)?,
+        v.vec,
+        v.rows,
+        v.unroll,
+        rows.next_power_of_two()
+    );
     let f = dev.function(&GEMV, &name)?;
     let (bp, bs) =
         bias.map_or((0u64, 0i64), |(b, l)| (b.ptr() + (l.offset * size) as u64, l.strides[0] as i64));
-    let (op, m, n32, k32, g) = (out.ptr(), rows as i32, n as i32, k as i32, v.split as i32);
+    let (op, m, n32, k32, g) = (out.ptr(), rows as i32, n_out as i32, k as i32, v.split as i32);
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, 1, 1),
+        grid_dim: (n_out.div_ceil(v.rows_per_block(pairs)) as u32, 1, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: x holds `rows` rows of K (2·K with swiglu, then rows = 1) elements `xs` apart
-    // from `xp` (the view's storage or its contiguous copy, alive until the launch is
-    // enqueued and stream-ordered before the copy's release); w holds N·K contiguous
-    // elements from `wp`; bias, when `bp` != 0, holds N elements `bs` apart; `out` holds
-    // rows·N. `vec` divides the byte addresses of every row start and K·size (so the up
-    // half too), and `warps` is a multiple of `split` at most GEMV_MAX_WARPS.
+    // SAFETY: x holds `rows` rows of K elements `xs` apart from `xp` (the view's storage or
+    // its contiguous copy, alive until the launch is enqueued and stream-ordered before the
+    // copy's release); w holds N·K contiguous elements from `wp` (with pairs, the kernel's
+    // N is N / 2 and it reads gate row n and up row N / 2 + n); bias, when `bp` != 0, holds
+    // N elements `bs` apart; `out` holds rows·n_out. `vec` divides the byte addresses of
+    // every row start and K·size, pair tiles have an even row count, and `warps` is a
+    // multiple of `split` at most GEMV_MAX_WARPS.
     unsafe { launch_after!(dev, f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
     drop(x_copy);
     Ok(out)
@@ -295,8 +330,9 @@ pub fn experts_declines(slots: usize, wl: &Layout, dt: DType) -> Option<&'static
 
 /// Slot s of `experts` (any integer dtype and layout, `slots` of them) multiplies x row
 /// s / `per_row` (x [rows, K], any layout) by expert `experts[s]` of `w` [E, N, K] →
-/// [slots, N], where [`experts_declines`] said yes. The variant is the one [`choose`] gives
-/// a single row against all slots' rows (slots · N), the work one launch streams.
+/// [slots, N], where [`experts_declines`] said yes; with `pairs` ([`pairs_decline`] saying
+/// yes) SwiGLU of the gate_up experts → [slots, N / 2]. The variant is the one [`choose`]
+/// gives a single row against all slots' rows (slots · N), the work one launch streams.
 #[allow(clippy::too_many_arguments)]
 pub fn expert_linear(
     x: &DeviceBuffer,
@@ -307,38 +343,39 @@ pub fn expert_linear(
     experts: &DeviceBuffer,
     el: &Layout,
     edt: DType,
+    pairs: Pairs,
     dt: DType,
 ) -> Result<DeviceBuffer> {
     let dev = dev_of(w)?;
     let (e, n, k, size) = (wl.shape[0], wl.shape[1], wl.shape[2], dt.size());
+    let n_out = if pairs.0 { n / 2 } else { n };
     let slots = el.numel();
-    let out = dev.alloc(slots * n * size)?;
+    let out = dev.alloc(slots * n_out * size)?;
     let wp = w.ptr() + (wl.offset * size) as u64;
-    let v = fit(choose(1, slots * n, k)?, wp, k, size);
+    let v = pair_tile(fit(choose(1, slots * n, k)?, wp, k, size), pairs);
     let (x_copy, xp, xs) = x_rows(x, xl, k, slots / per_row, v, dt)?;
     let (idx_copy, ip) = super::index::i64_indices(experts, el, edt)?;
-    let f = dev.function(
-        &GEMV,
-        &format!("gemv_experts_{}_b{}_r{}_u{}", suffix("linear", dt)?, v.vec, v.rows, v.unroll),
-    )?;
+    let kind = if pairs.0 { "gemv_experts_pairs" } else { "gemv_experts" };
+    let f = dev
+        .function(&GEMV, &format!("{kind}_{}_b{}_r{}_u{}", suffix("linear", dt)?, v.vec, v.rows, v.unroll))?;
     let (op, pr, e32, n32, k32, g) =
-        (out.ptr(), per_row as i32, e as i32, n as i32, k as i32, v.split as i32);
+        (out.ptr(), per_row as i32, e as i32, n_out as i32, k as i32, v.split as i32);
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, slots as u32, 1),
+        grid_dim: (n_out.div_ceil(v.rows_per_block(pairs)) as u32, slots as u32, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: x holds slots / per_row rows of K elements `xs` apart from `xp` (view or
     // contiguous copy, alive until the launch is enqueued); `ip` points at `slots`
     // contiguous int64; w holds E·N·K contiguous elements from `wp` and the kernel reads
-    // expert e only for e in [0, E) after one wrap; `out` holds slots·N. Alignment and
-    // warps as in `linear`.
+    // expert e only for e in [0, E) after one wrap (with pairs its N is N / 2, each expert
+    // 2·(N / 2) rows); `out` holds slots·n_out. Alignment and warps as in `linear`.
     unsafe { launch_after!(dev, f, cfg; xp, xs, pr, wp, ip, e32, op, n32, k32, g)? };
     drop((x_copy, idx_copy));
     Ok(out)
 }
 
-/// Why the fused down projection + routed sum ([`expert_swiglu_sum`]) of `tokens` tokens
+/// Why the fused down projection + routed sum ([`expert_linear_sum`]) of `tokens` tokens
 /// with `k` slots each against stacked down weights `wl` [E, N, I] takes the composed path
 /// (`None`: the kernel).
 pub fn experts_sum_declines(tokens: usize, k: usize, wl: &Layout, dt: DType) -> Option<&'static str> {
@@ -351,15 +388,14 @@ pub fn experts_sum_declines(tokens: usize, k: usize, wl: &Layout, dt: DType) -> 
     }
 }
 
-/// `out[t] = Σ_j weights[t, j] · w[experts[t, j]] · (silu(gate) · up)` of `x` [T, k, 2·I]
-/// (any layout: gate the first I of each row, up the rest), stacked `w` [E, N, I], `experts`
-/// [T, k] (any integer dtype and layout) and `weights` (T·k contiguous f32 from element
-/// `w_off` of `weights`) → [T, N], where [`experts_sum_declines`] said yes: MoE decode's
-/// SwiGLU, down projection and weighted sum in one launch. The G warps of a row group
-/// split the k slots (at most 8 warps per group), two rows per warp, unless
-/// [`settings::GEMV_VARIANT`] forces a variant.
+/// `out[t] = Σ_j weights[t, j] · w[experts[t, j]] · x[t, j]` of `x` [T, k, I] (any layout),
+/// stacked `w` [E, N, I], `experts` [T, k] (any integer dtype and layout) and `weights`
+/// (T·k contiguous f32 from element `w_off` of `weights`) → [T, N], where
+/// [`experts_sum_declines`] said yes: MoE decode's down projection and weighted sum in one
+/// launch. The G warps of a row group split the k slots (at most 8 warps per group), two
+/// rows per warp, unless [`settings::GEMV_VARIANT`] forces a variant.
 #[allow(clippy::too_many_arguments)]
-pub fn expert_swiglu_sum(
+pub fn expert_linear_sum(
     x: &DeviceBuffer,
     xl: &Layout,
     w: &DeviceBuffer,
@@ -380,26 +416,26 @@ pub fn expert_swiglu_sum(
     let v =
         settings::GEMV_VARIANT.get()?.unwrap_or(Variant::new(16, 2, 4, split, split * (4 / split).max(1)));
     let v = fit(v, wp, i, size);
-    let (x_copy, xp, xs) = x_rows(x, xl, 2 * i, t * k, v, dt)?;
+    let (x_copy, xp, xs) = x_rows(x, xl, i, t * k, v, dt)?;
     let (idx_copy, ip) = super::index::i64_indices(experts, el, edt)?;
     let f = dev.function(
         &GEMV,
         &format!("gemv_experts_sum_{}_b{}_r{}_u{}", suffix("linear", dt)?, v.vec, v.rows, v.unroll),
     )?;
     let (op, wtp) = (out.ptr(), weights.ptr() + (w_off * 4) as u64);
-    let (up, k32, e32, n32, i32_, g) = (i as i64, k as i32, e as i32, n as i32, i as i32, v.split as i32);
+    let (k32, e32, n32, i32_, g) = (k as i32, e as i32, n as i32, i as i32, v.split as i32);
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, t as u32, 1),
+        grid_dim: (n.div_ceil(v.rows_per_block(Pairs(false))) as u32, t as u32, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: x holds T·k rows of 2·I elements `xs` apart from `xp` (view or contiguous
-    // copy, alive until the launch is enqueued), up I elements after gate in each; `ip`
-    // points at T·k contiguous int64 and `wtp` at T·k f32; w holds E·N·I contiguous
-    // elements from `wp`, read only for an expert in [0, E) after one wrap; `out` holds
-    // T·N. `vec` divides every row start and I·size (fit), `warps` is a multiple of
-    // `split` at most GEMV_MAX_WARPS, and T ≤ 65535 (experts_sum_declines).
-    unsafe { launch_after!(dev, f, cfg; xp, xs, up, wp, ip, wtp, k32, e32, op, n32, i32_, g)? };
+    // SAFETY: x holds T·k rows of I elements `xs` apart from `xp` (view or contiguous copy,
+    // alive until the launch is enqueued); `ip` points at T·k contiguous int64 and `wtp` at
+    // T·k f32; w holds E·N·I contiguous elements from `wp`, read only for an expert in
+    // [0, E) after one wrap; `out` holds T·N. `vec` divides every row start and I·size
+    // (fit), `warps` is a multiple of `split` at most GEMV_MAX_WARPS, and T ≤ 65535
+    // (experts_sum_declines).
+    unsafe { launch_after!(dev, f, cfg; xp, xs, wp, ip, wtp, k32, e32, op, n32, i32_, g)? };
     drop((x_copy, idx_copy));
     Ok(out)
 }
@@ -436,8 +472,16 @@ mod tests {
         for &(vec, rows, unroll) in TILES {
             let line = format!("KILN_GEMV_TILE(S, T, {vec}, {rows}, {unroll})");
             let narrow = format!("KILN_GEMV_TILE(bf16, kbf, {vec}, {rows}, {unroll})");
-            assert!(GEMV.src.contains(&line) || GEMV.src.contains(&narrow), "{line}");
+            // Tiles of whole (gate, up) pairs also compile the SwiGLU kernels (pair_tile).
+            let pairs = format!("KILN_GEMV_PAIR_TILE(S, T, {vec}, {rows}, {unroll})");
+            assert_eq!(GEMV.src.contains(&pairs), vec == 16 && rows % 2 == 0, "{pairs}");
+            assert!(
+                GEMV.src.contains(&line) || GEMV.src.contains(&narrow) || GEMV.src.contains(&pairs),
+                "{line}"
+            );
         }
+        assert_eq!(pair_tile(Variant::new(16, 1, 8, 2, 8), Pairs(true)), Variant::new(16, 2, 4, 2, 8));
+        assert_eq!(pair_tile(Variant::new(16, 4, 2, 1, 4), Pairs(true)), Variant::new(16, 4, 2, 1, 4));
     }
 
     #[test]

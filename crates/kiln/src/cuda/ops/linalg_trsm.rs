@@ -23,29 +23,32 @@ pub fn trsm_small(
     (upper, left, unit): (bool, bool, bool),
 ) -> Result<DeviceBuffer> {
     const OP: &str = "linalg.solve_triangular";
-    let (sfx, acc) = match dt {
-        DType::F32 => ("f32", 4),
-        DType::F64 => ("f64", 8),
+    let sfx = match dt {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
         _ => return Err(Error::NotImplemented { op: OP, device: Device::Cuda(a.ordinal()), dtype: dt }),
     };
     let dev = dev_of(a)?;
     let out = dev.alloc(count * n * k * dt.size())?;
-    // As a lower left solve: X A = B is Aᵀ Xᵀ = Bᵀ (A and B read transposed, the
-    // triangle flips); an upper one reads the rows backwards.
-    let (a_rs, a_cs, b_rs, b_cs) = if left { (n, 1, k, 1) } else { (1, n, 1, n) };
-    let lower = upper != left;
-    let warps = k.clamp(1, 8);
+    // The kernel's register tile: the smallest of 16 / 32 / 64 rows that holds n.
+    let nm = [16, 32, 64].into_iter().find(|&m| n <= m).expect("n ≤ TRSM_MAX_N");
+    // One thread per right-hand side, at least two warps to load A, at most 128 columns
+    // a block (more go to further blocks along y, each loading A again from L2).
+    let threads = k.div_ceil(32).clamp(2, 4) * 32;
     let cfg = LaunchConfig {
-        grid_dim: (count as u32, k.div_ceil(warps).min(65535) as u32, 1),
-        block_dim: (32 * warps as u32, 1, 1),
-        shared_mem_bytes: (n * (n + 1) * acc) as u32,
+        grid_dim: (count as u32, k.div_ceil(threads) as u32, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 0,
     };
-    let f = dev.function(&LINALG_TRSM, &format!("trsm_small_{sfx}"))?;
+    let f = dev.function(&LINALG_TRSM, &format!("trsm{nm}_{sfx}"))?;
     let (ap, bp, xp) = (a.ptr(), b.ptr(), out.ptr());
-    let (n32, k32, rev, unit32) = (n as i32, k as i32, !lower as i32, unit as i32);
-    let (a_rs, a_cs, b_rs, b_cs) = (a_rs as i64, a_cs as i64, b_rs as i64, b_cs as i64);
-    // SAFETY: block m reads matrix m of `a` (n² elements) and of `b` (n·k) and writes
-    // matrix m of `out` (n·k); shared memory holds the n × (n + 1) triangle, n ≤ 64.
-    unsafe { launch!(dev.stream(), f, cfg; ap, bp, xp, n32, k32, a_rs, a_cs, b_rs, b_cs, rev, unit32)? };
+    // As a lower left solve: X A = B is Aᵀ Xᵀ = Bᵀ (read transposed); an upper one is a
+    // lower one with the rows reversed.
+    let (n32, k32, up, tr, rev, unit32) =
+        (n as i32, k as i32, upper as i32, !left as i32, (upper == left) as i32, unit as i32);
+    // SAFETY: block (m, y) reads matrix m of `a` (n² elements) and of `b` (n·k), and writes
+    // right-hand sides y·threads.. (< k) of matrix m of `out`; n ≤ 64 fits the kernel's
+    // static shared memory and register tile (nm ≥ n).
+    unsafe { launch!(dev.stream(), f, cfg; ap, bp, xp, n32, k32, up, tr, rev, unit32)? };
     Ok(out)
 }

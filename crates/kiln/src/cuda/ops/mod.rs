@@ -36,6 +36,7 @@ macro_rules! launch_error {
 }
 
 pub mod attention_decode;
+pub mod attention_prefill;
 mod causal_conv;
 mod copy;
 mod elementwise;
@@ -48,6 +49,7 @@ mod grouped_mm;
 mod histogram;
 mod index;
 mod linalg_inv;
+mod linalg_lu;
 mod linalg_trsm;
 mod loss;
 mod matmul;
@@ -72,12 +74,13 @@ pub use histogram::{bincount, decode_range, value_range_i64};
 pub use index::scatter;
 pub(crate) use index::{gather, index_select, take};
 pub use linalg_inv::{inv_small, INV_MAX_N};
+pub use linalg_lu::{lu_factor, lu_solve};
 pub use linalg_trsm::{trsm_small, TRSM_MAX_N};
 pub use loss::mse_loss;
 pub use matmul::matmul;
 pub use reduce::{add_rms_norm, BlockSync, SoftmaxPath};
 pub(crate) use reduce::{reduce, rms_norm, softmax, var_mean};
-pub(crate) use rotary::{rotary, RotaryNorm, RotaryStart};
+pub(crate) use rotary::{max_head_dim as rotary_max_head_dim, rotary, RotaryNorm, RotaryStart};
 pub use scaled_mm::{cublaslt_tunings, quantize_rows, LtTuning, GEMV_MAX_M};
 pub(crate) use scaled_mm::{scaled_mm, ScaledMm};
 pub use topk::{router_topk, topk};
@@ -104,6 +107,7 @@ macro_rules! kernel_source {
 }
 
 pub(crate) const ATTENTION_DECODE: KernelSource = kernel_source!("attention_decode");
+pub(crate) const ATTENTION_PREFILL: KernelSource = kernel_source!("attention_prefill");
 pub(crate) const COPY: KernelSource = kernel_source!("copy");
 pub(crate) const ELEMENTWISE: KernelSource = kernel_source!("elementwise");
 pub(crate) const INDEX: KernelSource = kernel_source!("index");
@@ -121,6 +125,7 @@ pub(crate) const GROUPED_MM: KernelSource = kernel_source!("grouped_mm");
 pub(crate) const EXPERT_GROUPS: KernelSource = kernel_source!("expert_groups");
 pub(crate) const LINALG_INV: KernelSource = kernel_source!("linalg_inv");
 pub(crate) const LINALG_TRSM: KernelSource = kernel_source!("linalg_trsm");
+pub(crate) const LINALG_LU: KernelSource = kernel_source!("linalg_lu");
 pub(crate) const ROTARY: KernelSource = kernel_source!("rotary");
 pub(crate) const GATED_DELTA: KernelSource = kernel_source!("gated_delta");
 pub(crate) const CAUSAL_CONV: KernelSource = kernel_source!("causal_conv");
@@ -128,6 +133,7 @@ pub(crate) const CAUSAL_CONV: KernelSource = kernel_source!("causal_conv");
 /// Every kernel source, for the CI compile check and cache warm-up.
 pub const ALL_SOURCES: &[KernelSource] = &[
     ATTENTION_DECODE,
+    ATTENTION_PREFILL,
     COPY,
     ELEMENTWISE,
     INDEX,
@@ -145,6 +151,7 @@ pub const ALL_SOURCES: &[KernelSource] = &[
     EXPERT_GROUPS,
     LINALG_INV,
     LINALG_TRSM,
+    LINALG_LU,
     ROTARY,
     GATED_DELTA,
     CAUSAL_CONV,
