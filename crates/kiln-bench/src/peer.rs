@@ -29,12 +29,12 @@ impl Want {
     }
 }
 
-/// `bench/<name>` under the working directory, `$KILN_BENCH_DIR`, or the source tree.
+/// `bench/<name>` under `$KILN_BENCH_DIR`, the working directory, or the source tree.
 fn script(name: &str) -> Option<PathBuf> {
-    let mut dirs = vec![PathBuf::from("bench")];
-    if let Ok(Some(d)) = kiln::settings::BENCH_DIR.get() {
-        dirs.push(d);
-    }
+    // KILN_BENCH_DIR first: a staged build's scripts must not lose to an older checkout's
+    // bench/ in the working directory (the GPU machine runs from one).
+    let mut dirs: Vec<PathBuf> = kiln::settings::BENCH_DIR.get().ok().flatten().into_iter().collect();
+    dirs.push(PathBuf::from("bench"));
     dirs.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench")));
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.exists())
 }
