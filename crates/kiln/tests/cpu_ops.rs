@@ -414,3 +414,78 @@ fn gated_delta_step_checks_shapes() {
     let f64_state = state.to_dtype(DType::F64).unwrap();
     assert!(matches!(qkv.gated_delta_step(&b, &a, &z, &f64_state, p), Err(Error::DTypeMismatch { .. })));
 }
+
+/// rotary_into_cache is the rotary op on the query and key heads and two copies into the
+/// caches (the rest of which stay), at host and device-tensor starts, normed or not; bad
+/// head counts, caches, splits and positions past the cache are errors.
+#[test]
+fn rotary_into_cache() {
+    use kiln::{HeadNorm, KvSlots, RotaryStart};
+    let (b, t_len, hq, hkv, d, p, cap, start) = (2, 3, 4, 2, 8, 16, 10, 6);
+    let x = Tensor::randn(&[b, t_len, hq + 2 * hkv, d], 1, DType::F64, CPU).unwrap().transpose(1, 2).unwrap();
+    let cos = Tensor::randn(&[p, d], 2, DType::F64, CPU).unwrap();
+    let sin = Tensor::randn(&[p, d], 3, DType::F64, CPU).unwrap();
+    let w = Tensor::randn(&[2, d], 4, DType::F64, CPU).unwrap();
+    let (w0, w1) = (
+        w.narrow(0, 0, 1).unwrap().reshape(&[d]).unwrap(),
+        w.narrow(0, 1, 1).unwrap().reshape(&[d]).unwrap(),
+    );
+    // Fresh caches, the same values each time.
+    let caches = || {
+        let c = |seed| Tensor::randn(&[b, hkv, cap, d], seed, DType::F64, CPU).unwrap();
+        (c(5), c(6))
+    };
+    let pos = Tensor::from_slice(&[start as i64], &[1], CPU).unwrap();
+    for norm in [None, Some(HeadNorm { weights: [&w0, &w1], split: hq, eps: 1e-6 })] {
+        let qk = x.narrow(1, 0, hq + hkv).unwrap();
+        let turned = match norm {
+            Some(n) => qk.rms_norm_rotary(n, &cos, &sin, RotaryStart::At(start)).unwrap(),
+            None => qk.rotary_embedding(&cos, &sin, RotaryStart::At(start)).unwrap(),
+        };
+        for at in [RotaryStart::At(start), RotaryStart::Device(&pos)] {
+            let (keys, values) = caches();
+            let (k0, v0) = caches();
+            let q = x
+                .rotary_into_cache(hq, norm, &cos, &sin, at, KvSlots { keys: &keys, values: &values })
+                .unwrap();
+            assert_eq!(q.shape(), &[b, hq, t_len, d]);
+            let close = |a: &Tensor, want: &Tensor| {
+                let worst = a.sub(want).unwrap().abs().unwrap().max(&[], false).unwrap().item().unwrap();
+                assert!(worst < 1e-12, "max |Δ| {worst}");
+            };
+            close(&q, &turned.narrow(1, 0, hq).unwrap());
+            close(&keys.narrow(2, start, t_len).unwrap(), &turned.narrow(1, hq, hkv).unwrap());
+            close(&values.narrow(2, start, t_len).unwrap(), &x.narrow(1, hq + hkv, hkv).unwrap());
+            close(&keys.narrow(2, 0, start).unwrap(), &k0.narrow(2, 0, start).unwrap());
+            close(
+                &values.narrow(2, start + t_len, cap - start - t_len).unwrap(),
+                &v0.narrow(2, start + t_len, cap - start - t_len).unwrap(),
+            );
+        }
+    }
+    let (keys, values) = caches();
+    let slots = KvSlots { keys: &keys, values: &values };
+    let bad = |r: kiln::Result<Tensor>| assert!(r.is_err(), "accepted");
+    bad(x.rotary_into_cache(hq + 1, None, &cos, &sin, RotaryStart::At(0), slots));
+    bad(x.rotary_into_cache(hq, None, &cos, &sin, RotaryStart::At(cap - t_len + 1), slots));
+    let wrong_split = HeadNorm { weights: [&w0, &w1], split: hq - 1, eps: 1e-6 };
+    bad(x.rotary_into_cache(hq, Some(wrong_split), &cos, &sin, RotaryStart::At(0), slots));
+    let strided = keys.transpose(0, 1).unwrap().contiguous().unwrap().transpose(0, 1).unwrap();
+    bad(x.rotary_into_cache(
+        hq,
+        None,
+        &cos,
+        &sin,
+        RotaryStart::At(0),
+        KvSlots { keys: &strided, values: &values },
+    ));
+    let f32s = keys.to_dtype(DType::F32).unwrap();
+    bad(x.rotary_into_cache(
+        hq,
+        None,
+        &cos,
+        &sin,
+        RotaryStart::At(0),
+        KvSlots { keys: &f32s, values: &values },
+    ));
+}
