@@ -304,7 +304,7 @@ struct GenerateArgs {
 fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
     use std::io::Write;
-    let device = Device::parse(&a.device)?;
+    let device = model_device(&a.device)?;
     let default_dtype =
         if device.is_cuda() || kiln::cpu::gemv::fast_16bit_weights() { "bf16" } else { "f32" };
     let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype))?;
@@ -405,6 +405,15 @@ fn quiet_broken_pipe(e: kiln::Error) -> kiln::Result<ExitCode> {
     }
 }
 
+/// `--device` of the model commands; `auto` that found no usable GPU says why in a warning.
+fn model_device(s: &str) -> kiln::Result<Device> {
+    let device = Device::parse(s)?;
+    if let (Device::Cpu, "auto", Err(why)) = (device, s, kiln::cuda::availability()) {
+        tracing::warn!("running on the CPU: no GPU in use ({why})");
+    }
+    Ok(device)
+}
+
 /// `--dtype` of the model commands: bf16 or f32.
 fn parse_dtype(op: &'static str, s: &str) -> kiln::Result<kiln::DType> {
     match s {
@@ -449,7 +458,7 @@ struct VaeArgs {
 /// Runs the VAE on one tensor; the time (and on a GPU the memory peaks) go to stderr.
 fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
     use kiln_models::wan_vae::WanVae;
-    let device = Device::parse(&a.device)?;
+    let device = model_device(&a.device)?;
     let dtype = parse_dtype("vae", &a.dtype)?;
     let model = kiln_models::hub::resolve(&a.model)?;
     let inputs = kiln::io::safetensors::load(&a.input, Device::Cpu)?;
@@ -463,9 +472,6 @@ fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
             return Err(file_err(format!("{} tensors ({names:?}); name one with --tensor", names.len())));
         }
     };
-    if let (Device::Cpu, Err(why)) = (device, kiln::cuda::availability()) {
-        eprintln!("running on the CPU: no GPU in use ({why})");
-    }
     let peaks = kiln_bench::peaks::Peaks::start(device)?;
     let vae = WanVae::load(&model, device, dtype)?;
     let t0 = std::time::Instant::now();

@@ -10,15 +10,22 @@ fn llama() -> PathBuf {
     kiln_models::config::fixtures_dir().join("models/llama")
 }
 
-/// `kiln generate --device cpu --dtype f32 --max-tokens 8 ARGS…`, with no Hub or log
-/// settings of the caller's environment.
-fn generate(args: &[&str]) -> Command {
+/// `kiln generate --dtype f32 --max-tokens 8 ARGS…`, with no Hub or log settings of the
+/// caller's environment.
+fn kiln_generate(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    cmd.args(["generate", "--device", "cpu", "--dtype", "f32", "--max-tokens", "8"]).args(args);
+    cmd.args(["generate", "--dtype", "f32", "--max-tokens", "8"]).args(args);
     for var in ["RUST_LOG", "HF_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE"] {
         cmd.env_remove(var);
     }
     cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// [`kiln_generate`] on the CPU.
+fn generate(args: &[&str]) -> Command {
+    let mut cmd = kiln_generate(&["--device", "cpu"]);
+    cmd.args(args);
     cmd
 }
 
@@ -173,4 +180,23 @@ fn the_chat_template_is_the_default() {
         generate(&["--model", plain.to_str().unwrap(), "--prompt", "x", "--system", "s"]).output().unwrap();
     assert!(!out.status.success() && texts(&out).1.contains("chat template"), "{}", texts(&out).1);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A fallback's warning reaches stderr at the default level, and RUST_LOG filters it.
+#[test]
+fn warnings_show_by_default_and_rust_log_filters_them() {
+    if let Ok(()) = kiln::cuda::availability() {
+        eprintln!("skipped: a GPU is in use, so --device auto does not fall back to the CPU");
+        return;
+    }
+    let model = llama();
+    let run = |rust_log: Option<&str>| {
+        let mut cmd = kiln_generate(&["--model", model.to_str().unwrap(), "--prompt", "The sky is"]);
+        cmd.envs(rust_log.map(|v| ("RUST_LOG", v)));
+        ok(cmd).1
+    };
+    let stderr = run(None);
+    assert!(stderr.contains("WARN") && stderr.contains("running on the CPU: no GPU in use"), "{stderr}");
+    let stderr = run(Some("error"));
+    assert!(!stderr.contains("no GPU in use"), "{stderr}");
 }

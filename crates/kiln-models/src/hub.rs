@@ -138,7 +138,7 @@ mod tests {
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::write(repo.join("refs/main"), &main).unwrap();
         std::fs::write(repo.join("refs/v1"), format!("{old}\n")).unwrap();
-        let find = |spec| HubId::parse(spec).unwrap().find_in(&cache);
+        let find = |spec: &str| HubId::parse(spec).unwrap().find_in(&cache);
         assert_eq!(find("org/m").unwrap(), repo.join("snapshots").join(&main));
         assert_eq!(find("org/m@v1").unwrap(), repo.join("snapshots").join(&old));
         assert_eq!(find(&format!("org/m@{old}")).unwrap(), repo.join("snapshots").join(&old));
