@@ -30,7 +30,7 @@ fn generate(args: &[&str]) -> Command {
 }
 
 /// Runs `cmd` and checks that it succeeded: (stdout, stderr).
-fn ok(mut cmd: Command) -> (String, String) {
+fn ok(cmd: &mut Command) -> (String, String) {
     let out = cmd.output().unwrap();
     let (stdout, stderr) = texts(&out);
     assert!(out.status.success(), "{cmd:?} failed: {stderr}");
@@ -68,7 +68,7 @@ fn link_llama(dir: &Path) {
 #[test]
 fn prompt_dash_reads_stdin() {
     let model = llama();
-    let (want, want_err) = ok(generate(&["--model", model.to_str().unwrap(), "--prompt", "The sky is"]));
+    let (want, want_err) = ok(&mut generate(&["--model", model.to_str().unwrap(), "--prompt", "The sky is"]));
     let mut child = generate(&["--model", model.to_str().unwrap(), "--prompt", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -107,7 +107,7 @@ fn the_printed_seed_reproduces_a_sampled_run() {
         let mut args =
             vec!["--model", model.to_str().unwrap(), "--prompt", "The sky is", "--temperature", "1"];
         args.extend(seed.iter().flat_map(|s| ["--seed", s.as_str()]));
-        ok(generate(&args))
+        ok(&mut generate(&args))
     };
     let (first, err) = sample(None);
     let seed = stat(&err, "seed");
@@ -127,22 +127,23 @@ fn hub_ids_resolve_in_the_cache() {
     link_llama(&repo.join("snapshots").join(hash));
     std::fs::create_dir_all(repo.join("refs")).unwrap();
     std::fs::write(repo.join("refs/main"), hash).unwrap();
-    let (want, _) = ok(generate(&["--model", llama().to_str().unwrap(), "--prompt", "The sky is"]));
-    let by_id = |var: &str, value: &Path, id: &str| {
-        generate(&["--model", id, "--prompt", "The sky is"]).env(var, value).output().unwrap()
-    };
+    let (want, _) = ok(&mut generate(&["--model", llama().to_str().unwrap(), "--prompt", "The sky is"]));
     for (var, value) in [("HF_HUB_CACHE", home.join("hub")), ("HF_HOME", home.clone())] {
-        let out = by_id(var, &value, "kiln-test/llama");
-        assert!(out.status.success(), "{var}: {}", texts(&out).1);
-        assert_eq!(texts(&out).0, want, "{var}");
+        let (got, _) =
+            ok(generate(&["--model", "kiln-test/llama", "--prompt", "The sky is"]).env(var, value));
+        assert_eq!(got, want, "{var}");
     }
-    let out = by_id("HF_HUB_CACHE", &home.join("hub"), "kiln-test/nope@v2");
-    let (_, stderr) = texts(&out);
-    assert!(!out.status.success());
-    for what in
-        ["kiln-test/nope", "models--kiln-test--nope", &home.join("hub").display().to_string(), "hf download"]
-    {
-        assert!(stderr.contains(what), "{what:?} not in {stderr}");
+    // Not cached: the error names the id, the folder looked for and how to fetch it.
+    let cache = home.join("hub").display().to_string();
+    for offline in ["0", "1"] {
+        let mut cmd = generate(&["--model", "kiln-test/nope@v2", "--prompt", "x"]);
+        let out = cmd.env("HF_HUB_CACHE", &cache).env("HF_HUB_OFFLINE", offline).output().unwrap();
+        let (_, stderr) = texts(&out);
+        assert!(!out.status.success());
+        for what in ["models--kiln-test--nope", &cache, "hf download kiln-test/nope --revision v2"] {
+            assert!(stderr.contains(what), "{what:?} not in {stderr}");
+        }
+        assert_eq!(stderr.contains("HF_HUB_OFFLINE is set"), offline == "1", "{stderr}");
     }
     std::fs::remove_dir_all(&home).ok();
 }
@@ -163,7 +164,7 @@ fn the_chat_template_is_the_default() {
     let prefill = |extra: &[&str]| {
         let mut args = vec!["--model", model, "--prompt", "The sky is"];
         args.extend(extra);
-        stat(&ok(generate(&args)).1, "prefill")
+        stat(&ok(&mut generate(&args)).1, "prefill")
     };
     let raw = prefill(&["--no-chat-template"]);
     let chat = prefill(&[]);
@@ -173,7 +174,7 @@ fn the_chat_template_is_the_default() {
     // Without a template the prompt is raw, and a system message has nowhere to go.
     let plain = llama();
     assert_eq!(prefill(&["--no-chat-template"]), {
-        let (_, err) = ok(generate(&["--model", plain.to_str().unwrap(), "--prompt", "The sky is"]));
+        let (_, err) = ok(&mut generate(&["--model", plain.to_str().unwrap(), "--prompt", "The sky is"]));
         stat(&err, "prefill")
     });
     let out =
@@ -193,7 +194,7 @@ fn warnings_show_by_default_and_rust_log_filters_them() {
     let run = |rust_log: Option<&str>| {
         let mut cmd = kiln_generate(&["--model", model.to_str().unwrap(), "--prompt", "The sky is"]);
         cmd.envs(rust_log.map(|v| ("RUST_LOG", v)));
-        ok(cmd).1
+        ok(&mut cmd).1
     };
     let stderr = run(None);
     assert!(stderr.contains("WARN") && stderr.contains("running on the CPU: no GPU in use"), "{stderr}");
