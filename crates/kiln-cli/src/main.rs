@@ -6,6 +6,8 @@ use kiln_bench::fixtures::{self, Outcome};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod prompt;
+
 #[derive(Parser)]
 #[command(name = "kiln", version, about = "A tensor runtime for running models locally on a GPU")]
 struct Cli {
@@ -98,7 +100,7 @@ fn main() -> ExitCode {
                 bench(&suite, &device, &opts, json.as_deref(), compare.as_deref(), plot.as_deref())
             })
         }
-        Cmd::Generate(args) => generate(args),
+        Cmd::Generate(args) => generate(args).or_else(quiet_broken_pipe),
         Cmd::Vae(args) => vae(args),
     };
     match r {
@@ -247,14 +249,23 @@ fn bench(
 struct GenerateArgs {
     /// Model folder (config.json, *.safetensors, tokenizer.json), or a llama.cpp GGUF
     /// file (llama, qwen3, qwen3moe; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K
-    /// tensors, dequantised to --dtype on load), or a folder holding one GGUF file.
+    /// tensors, dequantised to --dtype on load), or a folder holding one GGUF file, or a
+    /// Hub id ORG/NAME[@REVISION] found in the Hugging Face cache (HF_HUB_CACHE, HF_HOME).
     #[arg(long)]
-    model: PathBuf,
+    model: String,
+    /// The prompt text; `-` reads it from stdin.
     #[arg(long)]
     prompt: String,
-    /// Wrap the prompt in the model's chat template as one user message.
+    /// Send the prompt as it is, not as a user message in the model's chat template
+    /// (which is applied by default when the model has one).
     #[arg(long)]
-    chat: bool,
+    no_chat_template: bool,
+    /// A system message before the prompt (needs the chat template).
+    #[arg(long, conflicts_with = "no_chat_template")]
+    system: Option<String>,
+    /// The chat template is the default now; kept so that older command lines still run.
+    #[arg(long, hide = true)]
+    _chat: bool,
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
     /// cpu, cuda, cuda:N or auto.
@@ -284,51 +295,41 @@ struct GenerateArgs {
     top_p: Option<f64>,
     #[arg(long)]
     repetition_penalty: Option<f64>,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of the sampling draws (default: a random one; the stats line shows it).
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 /// Streams the generated text to stdout; prefill and decode tokens/s go to stderr.
 fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
     use std::io::Write;
-    let device = Device::parse(&a.device)?;
+    let device = model_device(&a.device)?;
     let default_dtype =
         if device.is_cuda() || kiln::cpu::gemv::fast_16bit_weights() { "bf16" } else { "f32" };
     let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype))?;
-    if a.prompt.is_empty() {
-        return Err(kiln::Error::invalid("generate", "--prompt is empty"));
-    }
-    if !a.model.exists() {
-        return Err(kiln::Error::File {
-            path: a.model.display().to_string(),
-            msg: "no such model folder or file".into(),
-        });
-    }
+    let text = prompt::read(&a.prompt)?;
+    let dir = kiln_models::hub::resolve(&a.model)?;
     let quantize = kiln_models::Quantize::parse(&a.quantize).map_err(|_| {
         kiln::Error::invalid(
             "generate",
             format!("--quantize {:?} ({})", a.quantize, kiln_models::Quantize::VALUES),
         )
     })?;
-    let gguf =
-        kiln_models::gguf::find(&a.model)?.map(|p| kiln_models::gguf::GgufModel::open(&p)).transpose()?;
+    let gguf = kiln_models::gguf::find(&dir)?.map(|p| kiln_models::gguf::GgufModel::open(&p)).transpose()?;
     let tok = match &gguf {
         Some(g) => g.tokenizer()?,
-        None => Tokenizer::load(&a.model)?,
+        None => Tokenizer::load(&dir)?,
     };
-    let prompt = if a.chat {
-        let template = match &gguf {
-            Some(g) => g.chat_template()?,
-            None => ChatTemplate::load(&a.model)?,
-        };
-        tok.encode(&template.render(&[("user", &a.prompt)], true)?, false)?
-    } else {
-        tok.encode(&a.prompt, true)?
+    let template = match (&gguf, a.no_chat_template) {
+        (_, true) => None,
+        (Some(g), false) => g.find_chat_template(),
+        (None, false) => ChatTemplate::find(&dir)?,
     };
+    let prompt = prompt::encode(&tok, template.as_ref(), a.system.as_deref(), &text)?;
     let model = match &gguf {
         Some(g) => g.load(device, dtype, quantize)?,
-        None => Model::load_quantized(&a.model, device, dtype, quantize)?,
+        None => Model::load_quantized(&dir, device, dtype, quantize)?,
     };
     let w = model.weight_stats();
     let size = |b: usize| match b {
@@ -345,8 +346,9 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     );
     let gcfg = match &gguf {
         Some(g) => g.generation_config(),
-        None => GenerationConfig::load(&a.model, &model.config)?,
+        None => GenerationConfig::load(&dir, &model.config)?,
     };
+    let seed = a.seed.unwrap_or_else(prompt::random_seed);
     let sampling = kiln_models::SamplingParams {
         temperature: a.temperature.unwrap_or(if gcfg.do_sample {
             gcfg.temperature.unwrap_or(1.0)
@@ -356,7 +358,7 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         top_k: a.top_k.unwrap_or(if gcfg.do_sample { gcfg.top_k.unwrap_or(50) } else { 0 }),
         top_p: a.top_p.or(gcfg.top_p.filter(|_| gcfg.do_sample)).unwrap_or(1.0),
         repetition_penalty: a.repetition_penalty.or(gcfg.repetition_penalty).unwrap_or(1.0),
-        seed: a.seed,
+        seed,
     };
     let opts = kiln_models::GenerateOptions {
         max_tokens: a.max_tokens,
@@ -365,18 +367,17 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         eager: a.eager,
     };
     let mut stream = tok.stream();
-    let mut out = std::io::stdout();
+    let mut out = std::io::stdout().lock();
+    let stdout_err = |e| kiln::Error::Io { path: STDOUT.into(), source: e };
     let stats = kiln_models::generate(&model, &prompt, &opts, |id| {
-        write!(out, "{}", stream.push(id)?)
-            .and_then(|_| out.flush())
-            .map_err(|e| kiln::Error::Io { path: "stdout".into(), source: e })
+        write!(out, "{}", stream.push(id)?).and_then(|_| out.flush()).map_err(stdout_err)
     })?;
-    println!();
+    writeln!(out).map_err(stdout_err)?;
     if stats.tokens.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!(
-        "{}{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s ({})",
+        "{}{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s ({}); seed {seed}",
         dtype,
         if w.fp8 > 0 { " (fp8 weights)" } else { "" },
         stats.prompt_tokens,
@@ -386,6 +387,31 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         if stats.graph { "CUDA graph" } else { "eager" }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What generate's stdout errors name as their path.
+const STDOUT: &str = "stdout";
+
+/// A reader of stdout that went away (`kiln generate … | head`) ends the run quietly with
+/// success, as it does for other Unix tools (Rust ignores SIGPIPE, so a write fails instead).
+fn quiet_broken_pipe(e: kiln::Error) -> kiln::Result<ExitCode> {
+    match &e {
+        kiln::Error::Io { path, source }
+            if path == STDOUT && source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => Err(e),
+    }
+}
+
+/// `--device` of the model commands; `auto` that found no usable GPU says why in a warning.
+fn model_device(s: &str) -> kiln::Result<Device> {
+    let device = Device::parse(s)?;
+    if let (Device::Cpu, "auto", Err(why)) = (device, s, kiln::cuda::availability()) {
+        tracing::warn!("running on the CPU: no GPU in use ({why})");
+    }
+    Ok(device)
 }
 
 /// `--dtype` of the model commands: bf16 or f32.
@@ -408,9 +434,10 @@ enum VaeDirection {
 #[derive(clap::Args)]
 struct VaeArgs {
     direction: VaeDirection,
-    /// Model folder: config.json, diffusion_pytorch_model.safetensors.
+    /// Model folder (config.json, diffusion_pytorch_model.safetensors), or its Hub id
+    /// ORG/NAME[@REVISION] in the Hugging Face cache.
     #[arg(long)]
-    model: PathBuf,
+    model: String,
     /// A safetensors file holding the input tensor.
     #[arg(long)]
     input: PathBuf,
@@ -431,8 +458,9 @@ struct VaeArgs {
 /// Runs the VAE on one tensor; the time (and on a GPU the memory peaks) go to stderr.
 fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
     use kiln_models::wan_vae::WanVae;
-    let device = Device::parse(&a.device)?;
+    let device = model_device(&a.device)?;
     let dtype = parse_dtype("vae", &a.dtype)?;
+    let model = kiln_models::hub::resolve(&a.model)?;
     let inputs = kiln::io::safetensors::load(&a.input, Device::Cpu)?;
     let file_err = |msg: String| kiln::Error::File { path: a.input.display().to_string(), msg };
     let x = match &a.tensor {
@@ -444,11 +472,8 @@ fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
             return Err(file_err(format!("{} tensors ({names:?}); name one with --tensor", names.len())));
         }
     };
-    if let (Device::Cpu, Err(why)) = (device, kiln::cuda::availability()) {
-        eprintln!("running on the CPU: no GPU in use ({why})");
-    }
     let peaks = kiln_bench::peaks::Peaks::start(device)?;
-    let vae = WanVae::load(&a.model, device, dtype)?;
+    let vae = WanVae::load(&model, device, dtype)?;
     let t0 = std::time::Instant::now();
     let (y, name) = match a.direction {
         VaeDirection::Encode => (vae.encode(&x.to_device(device)?)?, "latents"),

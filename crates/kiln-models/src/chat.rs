@@ -61,6 +61,15 @@ impl ChatTemplate {
     /// `tokenizer_config.json`'s `chat_template` (a list's `default` entry); special tokens from
     /// the latter. An error when the model has none.
     pub fn load(dir: &Path) -> Result<Self> {
+        Self::find(dir)?.ok_or_else(|| Error::File {
+            path: dir.join("tokenizer_config.json").display().to_string(),
+            msg: "the model has no chat template".into(),
+        })
+    }
+
+    /// As [`load`](ChatTemplate::load), `None` when the model has no template (unreadable
+    /// or malformed files are still errors).
+    pub fn find(dir: &Path) -> Result<Option<Self>> {
         let cfg_path = dir.join("tokenizer_config.json");
         let file_err = |msg: String| Error::File { path: cfg_path.display().to_string(), msg };
         let cfg: Value = match std::fs::read_to_string(&cfg_path) {
@@ -81,14 +90,14 @@ impl ChatTemplate {
                     .and_then(|t| t.get("template")?.as_str())
                     .ok_or_else(|| file_err("no \"default\" entry in the chat_template list".into()))?
                     .to_string(),
-                _ => return Err(file_err("the model has no chat template (--chat needs one)".into())),
+                _ => return Ok(None),
             }
         };
-        Ok(ChatTemplate {
+        Ok(Some(ChatTemplate {
             source,
             bos_token: token_text(cfg.get("bos_token")),
             eos_token: token_text(cfg.get("eos_token")),
-        })
+        }))
     }
 
     /// A template from its source text and the texts of the BOS and EOS tokens.
@@ -182,6 +191,9 @@ mod tests {
         std::fs::write(dir.join("tokenizer_config.json"), "{}").unwrap();
         let e = ChatTemplate::load(&dir).err().unwrap().to_string();
         assert!(e.contains("no chat template"), "{e}");
+        assert!(ChatTemplate::find(&dir).unwrap().is_none());
+        std::fs::write(dir.join("tokenizer_config.json"), "{").unwrap();
+        assert!(ChatTemplate::find(&dir).is_err(), "a malformed file is an error, not \"no template\"");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,7 +1,7 @@
 //! Model families built on kiln tensors: Hugging Face checkpoint loading (config,
-//! safetensors, tokenizer, chat template), the Llama / Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a
-//! pre-allocated KV cache, on-device sampling, decode steps replayed as CUDA graphs and the
-//! generate loop; the Wan video VAE.
+//! safetensors, tokenizer, chat template; Hub ids from the Hugging Face cache), the Llama /
+//! Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a pre-allocated KV cache, on-device
+//! sampling, decode steps replayed as CUDA graphs and the generate loop; the Wan video VAE.
 
 pub mod causal_conv;
 pub mod chat;
@@ -14,6 +14,7 @@ pub mod generate;
 pub mod gguf;
 pub mod golden;
 pub mod graph_decode;
+pub mod hub;
 pub mod kv_cache;
 pub mod layers;
 pub mod loader;

@@ -69,12 +69,15 @@ impl GgufModel {
 
     /// The chat template of `tokenizer.chat_template`; an error when the file has none.
     pub fn chat_template(&self) -> Result<ChatTemplate> {
-        let source = self.file.get("tokenizer.chat_template").and_then(|v| v.as_str()).ok_or_else(|| {
-            self.file
-                .error("the model has no chat template (tokenizer.chat_template; --chat needs one)".into())
-        })?;
+        self.find_chat_template()
+            .ok_or_else(|| self.file.error("the model has no chat template (tokenizer.chat_template)".into()))
+    }
+
+    /// The chat template of `tokenizer.chat_template`, if the file has one.
+    pub fn find_chat_template(&self) -> Option<ChatTemplate> {
+        let source = self.file.get("tokenizer.chat_template")?.as_str()?;
         let text = |key| tokenizer::token_text(&self.file, key);
-        Ok(ChatTemplate::from_source(
+        Some(ChatTemplate::from_source(
             source,
             &text("tokenizer.ggml.bos_token_id"),
             &text("tokenizer.ggml.eos_token_id"),
