@@ -20,7 +20,7 @@ use kiln_models::tokenizer::{TextStream, Tokenizer};
 use kiln_models::{Model, SamplingParams};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -159,11 +159,8 @@ impl<'t> Engine<'t> {
                     Err(_) => return,
                 }
             }
-            loop {
-                match jobs.try_recv() {
-                    Ok(job) => self.waiting.push_back(job),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
+            while let Ok(job) = jobs.try_recv() {
+                self.waiting.push_back(job);
             }
             self.forget_abandoned();
             self.admit();
