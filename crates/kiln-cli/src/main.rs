@@ -74,6 +74,9 @@ enum Cmd {
     /// Encode video to latents or decode latents to video with a Wan VAE folder (diffusers
     /// AutoencoderKLWan: config.json, diffusion_pytorch_model.safetensors).
     Vae(VaeArgs),
+    /// Serve a Hugging Face model folder over an OpenAI-compatible HTTP API
+    /// (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).
+    Serve(ServeArgs),
     /// Compile every embedded CUDA kernel source with NVRTC (no GPU needed).
     Kernels {
         /// Comma-separated target architectures, e.g. sm_80,sm_90a.
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         }
         Cmd::Generate(args) => generate(args).or_else(quiet_broken_pipe),
         Cmd::Vae(args) => vae(args),
+        Cmd::Serve(args) => serve(args),
     };
     match r {
         Ok(code) => code,
@@ -305,9 +309,7 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
     use std::io::Write;
     let device = model_device(&a.device)?;
-    let default_dtype =
-        if device.is_cuda() || kiln::cpu::gemv::fast_16bit_weights() { "bf16" } else { "f32" };
-    let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype))?;
+    let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype(device)))?;
     let text = prompt::read(&a.prompt)?;
     let dir = kiln_models::hub::resolve(&a.model)?;
     let quantize = kiln_models::Quantize::parse(&a.quantize).map_err(|_| {
@@ -490,4 +492,51 @@ fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
     }
     kiln::io::safetensors::save(&a.output, &[(name, &y)])?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Model folder (config.json, *.safetensors, tokenizer.json; a chat template for
+    /// /v1/chat/completions), or a Hub id ORG/NAME[@REVISION] in the Hugging Face cache.
+    #[arg(long)]
+    model: String,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// bf16 or f32 (default: as for generate).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Most sequences decoded together.
+    #[arg(long, default_value_t = 32)]
+    max_batch: usize,
+    /// Requests that may wait to start; more are answered 503 with Retry-After.
+    #[arg(long, default_value_t = 256)]
+    queue: usize,
+    /// KV cache blocks of 16 positions (default: --max-batch sequences of the whole context).
+    #[arg(long)]
+    kv_blocks: Option<usize>,
+}
+
+/// Serves until Ctrl-C, then lets open requests finish.
+fn serve(a: ServeArgs) -> kiln::Result<ExitCode> {
+    let device = Device::parse(&a.device)?;
+    let dtype = parse_dtype("serve", a.dtype.as_deref().unwrap_or(default_dtype(device)))?;
+    let mut opts = kiln_serve::ServeOptions::new(kiln_models::hub::resolve(&a.model)?, device, dtype);
+    (opts.host, opts.port, opts.max_batch, opts.queue, opts.kv_blocks) =
+        (a.host, a.port, a.max_batch, a.queue, a.kv_blocks);
+    kiln_serve::run(opts)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// bf16 on a GPU and where the CPU's GEMV reads 16-bit weights at memory speed, else f32.
+fn default_dtype(device: Device) -> &'static str {
+    if device.is_cuda() || kiln::cpu::gemv::fast_16bit_weights() {
+        "bf16"
+    } else {
+        "f32"
+    }
 }

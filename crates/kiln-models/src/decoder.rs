@@ -21,6 +21,8 @@ use crate::short_conv::ShortConv;
 use kiln::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
 
+mod batched;
+
 /// Rotary tables cover at most this many positions (longer contexts are refused when
 /// the cache is made, not silently wrapped).
 pub const MAX_POSITIONS: usize = 32768;
@@ -192,17 +194,25 @@ impl Model {
             s => return Err(Error::bad_shape("model", format!("token ids must be [B, T], got {s:?}"))),
         };
         cache.begin_step(t)?;
-        let mut x =
+        let x =
             self.embed.index_select(0, &ids.reshape(&[b * t])?)?.reshape(&[b, t, self.config.hidden_size])?;
+        let h = self.run_layers(x, |l, h| l.mix(h, &self.rope, cache))?;
+        cache.advance(t)?;
+        Ok(h)
+    }
+
+    /// The layers and the final norm over embeddings `x`, with `mix` running a layer's
+    /// mixer (over one cache, or one cache per sequence in `batched`).
+    fn run_layers(
+        &self,
+        mut x: Tensor,
+        mut mix: impl FnMut(&Layer, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         // Each residual add is fused with the norm after it: the layer's post-norm, then
         // the next layer's input norm (the final norm after the last layer).
         let mut h = self.layers.first().map_or(&self.norm, |l| &l.input_norm).forward(&x)?;
         for (i, l) in self.layers.iter().enumerate() {
-            let a = match &l.mixer {
-                Mixer::Attention(a) => a.forward(&h, &self.rope, cache, l.slot)?,
-                Mixer::ShortConv(s) => s.forward(&h, cache, l.slot)?,
-                Mixer::GatedDelta(g) => g.forward(&h, cache, l.slot)?,
-            };
+            let a = mix(l, &h)?;
             let (normed, sum) = l.post_norm.add_forward(&x, &a)?;
             let f = match &l.ffn {
                 Ffn::Dense(m) => m.forward(&normed)?,
@@ -211,7 +221,6 @@ impl Model {
             let next = self.layers.get(i + 1).map_or(&self.norm, |n| &n.input_norm);
             (h, x) = next.add_forward(&sum, &f)?;
         }
-        cache.advance(t)?;
         Ok(h)
     }
 
@@ -241,6 +250,15 @@ impl Model {
 }
 
 impl Layer {
+    /// The mixer over `h` `[B, T, H]`, reading and extending `cache`.
+    fn mix(&self, h: &Tensor, rope: &Rope, cache: &mut KvCache) -> Result<Tensor> {
+        match &self.mixer {
+            Mixer::Attention(a) => a.forward(h, rope, cache, self.slot),
+            Mixer::ShortConv(s) => s.forward(h, cache, self.slot),
+            Mixer::GatedDelta(g) => g.forward(h, cache, self.slot),
+        }
+    }
+
     fn weight_bytes(&self, acc: &mut WeightBytes) {
         acc.add_dense(&self.input_norm.weight);
         acc.add_dense(&self.post_norm.weight);

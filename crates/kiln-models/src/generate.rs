@@ -160,7 +160,7 @@ pub fn generate(
 /// that pool: from one of its own threads a fork is a push that the other thread steals,
 /// while from outside it every op hands its work over and sleeps on a lock until woken
 /// (two futex round trips per op, hundreds of ops per token, a third thread on the cores).
-fn on_pool<R: Send>(device: kiln::Device, f: impl FnOnce() -> R + Send) -> R {
+pub fn on_pool<R: Send>(device: kiln::Device, f: impl FnOnce() -> R + Send) -> R {
     if device.is_cuda() {
         f()
     } else {
