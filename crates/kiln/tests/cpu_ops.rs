@@ -470,10 +470,22 @@ fn rotary_into_cache() {
     bad(x.rotary_into_cache(hq, None, &cos, &sin, RotaryStart::At(cap - t_len + 1), slots));
     let wrong_split = HeadNorm { weights: [&w0, &w1], split: hq - 1, eps: 1e-6 };
     bad(x.rotary_into_cache(hq, Some(wrong_split), &cos, &sin, RotaryStart::At(0), slots));
-    // Caches that are not whole contiguous tensors of the input's dtype.
     let strided = keys.transpose(0, 1).unwrap().contiguous().unwrap().transpose(0, 1).unwrap();
-    for keys in [strided, keys.to_dtype(DType::F32).unwrap()] {
-        let slots = KvSlots { keys: &keys, values: &values };
-        bad(x.rotary_into_cache(hq, None, &cos, &sin, RotaryStart::At(0), slots));
-    }
+    bad(x.rotary_into_cache(
+        hq,
+        None,
+        &cos,
+        &sin,
+        RotaryStart::At(0),
+        KvSlots { keys: &strided, values: &values },
+    ));
+    let f32s = keys.to_dtype(DType::F32).unwrap();
+    bad(x.rotary_into_cache(
+        hq,
+        None,
+        &cos,
+        &sin,
+        RotaryStart::At(0),
+        KvSlots { keys: &f32s, values: &values },
+    ));
 }
