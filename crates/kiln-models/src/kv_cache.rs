@@ -12,7 +12,7 @@
 //! values at it, attends over the whole cache with the device length as the key count, and
 //! advances it, so the same captured step serves every position.
 
-use kiln::{DType, Device, Error, KvSlots, Result, Tensor};
+use kiln::{DType, Device, Error, Result, Tensor};
 
 /// Per-sequence state of a decoder across steps, pre-allocated for `capacity` positions:
 /// keys and values of the attention layers, convolution states of the short-conv and
@@ -226,15 +226,6 @@ impl KvCache {
         kc.narrow(2, self.len, t)?.copy_(k)?;
         vc.narrow(2, self.len, t)?.copy_(v)?;
         Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
-    }
-
-    /// Attention layer `layer`'s whole caches, for a kernel that writes a step's `t` keys
-    /// and values itself at the step's position ([`Tensor::rotary_into_cache`]), with the
-    /// views of them to attend over that [`append`](KvCache::append) would return.
-    pub fn slots(&self, layer: usize, t: usize) -> Result<(KvSlots<'_>, Tensor, Tensor)> {
-        let (keys, values) = (&self.keys[layer], &self.values[layer]);
-        let end = if self.device_step().is_some() { self.capacity } else { self.step_end(t)? };
-        Ok((KvSlots { keys, values }, keys.narrow(2, 0, end)?, values.narrow(2, 0, end)?))
     }
 
     /// Convolution layer `layer`'s state for a step of `t` positions, to be updated in place

@@ -490,78 +490,6 @@ fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// A [B, T, Hq + 2·Hkv, D + 3] projection narrowed and seen as heads [B, H, T, D], its
-/// queries and keys turned (and normed) and its keys and values written to random caches of
-/// a larger capacity (the untouched positions must stay), at a host and a device start,
-/// against the CPU's rotary op and copies; and a device start past the cache writes nothing.
-fn rotary_into_cache(cx: &mut Ctx) -> std::result::Result<(), String> {
-    use kiln::{HeadNorm, KvSlots, RotaryStart};
-    let (hq, hkv, cap, p) = (3, 2, 50, 64);
-    for dt in [DType::F32, DType::BF16, DType::F16] {
-        for (d, r, t_len) in [(128, 128, 1), (64, 32, 5), (80, 80, 3)] {
-            let (x, xc) = cx.pair(&[2, t_len, hq + 2 * hkv, d + 3], dt, 2.0).map_err(e)?;
-            let view = |x: &Tensor| x.narrow(3, 3, d).and_then(|x| x.transpose(1, 2));
-            let (x, xc) = (view(&x).map_err(e)?, view(&xc).map_err(e)?);
-            let (cos, cosc) = cx.pair(&[p, r], dt, 1.0).map_err(e)?;
-            let (sin, sinc) = cx.pair(&[p, r], dt, 1.0).map_err(e)?;
-            let (w, wc) = cx.pair(&[2, d], dt, 1.0).map_err(e)?;
-            let one = |w: &Tensor, i| w.narrow(0, i, 1).and_then(|w| w.reshape(&[d])).map_err(e);
-            let ([w0, w1], [c0, c1]) = ([one(&w, 0)?, one(&w, 1)?], [one(&wc, 0)?, one(&wc, 1)?]);
-            let start =
-                Tensor::from_slice(&[30i64], &[1], CPU).and_then(|s| s.to_device(cx.gpu)).map_err(e)?;
-            for normed in [false, true] {
-                for device_start in [false, true] {
-                    let (k, kc) = cx.pair(&[2, hkv, cap, d], dt, 1.0).map_err(e)?;
-                    let (v, vc) = cx.pair(&[2, hkv, cap, d], dt, 1.0).map_err(e)?;
-                    let norm = |a, b| normed.then_some(HeadNorm { weights: [a, b], split: hq, eps: 1e-6 });
-                    let at = if device_start { RotaryStart::Device(&start) } else { RotaryStart::At(30) };
-                    let got = x
-                        .rotary_into_cache(
-                            hq,
-                            norm(&w0, &w1),
-                            &cos,
-                            &sin,
-                            at,
-                            KvSlots { keys: &k, values: &v },
-                        )
-                        .map_err(e)?;
-                    let want = xc
-                        .rotary_into_cache(
-                            hq,
-                            norm(&c0, &c1),
-                            &cosc,
-                            &sinc,
-                            RotaryStart::At(30),
-                            KvSlots { keys: &kc, values: &vc },
-                        )
-                        .map_err(e)?;
-                    let name = format!(
-                        "rotary_into_cache {dt} d{d} r{r} T{t_len} norm {normed} device {device_start}"
-                    );
-                    let tol = tol_of(dt);
-                    same(&format!("{name} queries"), &got, &want.contiguous().map_err(e)?, tol)?;
-                    same(&format!("{name} keys"), &k, &kc, tol)?;
-                    same(&format!("{name} values"), &v, &vc, 0.0)?;
-                }
-            }
-        }
-    }
-    // A device start at the cache's end: the queries turn, the caches stay as they were.
-    let (x, _) = cx.pair(&[1, hq + 2 * hkv, 1, 8], DType::F32, 1.0).map_err(e)?;
-    let (cos, _) = cx.pair(&[p, 8], DType::F32, 1.0).map_err(e)?;
-    let (k, kc) = cx.pair(&[1, hkv, cap, 8], DType::F32, 1.0).map_err(e)?;
-    let (v, vc) = cx.pair(&[1, hkv, cap, 8], DType::F32, 1.0).map_err(e)?;
-    let end = Tensor::from_slice(&[cap as i64], &[1], CPU).and_then(|s| s.to_device(cx.gpu)).map_err(e)?;
-    let q = x
-        .rotary_into_cache(hq, None, &cos, &cos, RotaryStart::Device(&end), KvSlots { keys: &k, values: &v })
-        .map_err(e)?;
-    let turned =
-        x.narrow(1, 0, hq).and_then(|q| q.rotary_embedding(&cos, &cos, RotaryStart::At(cap))).map_err(e)?;
-    same("rotary_into_cache past the cache: queries", &q, &turned, 1e-6)?;
-    same("rotary_into_cache past the cache: keys", &k.to_device(CPU).map_err(e)?, &kc, 0.0)?;
-    same("rotary_into_cache past the cache: values", &v.to_device(CPU).map_err(e)?, &vc, 0.0)
-}
-
 fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
     for dt in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::F8E4M3] {
         let tol = if dt == DType::F8E4M3 { 0.0 } else { tol_of(dt).max(1e-6) };
@@ -708,7 +636,6 @@ fn main() -> ExitCode {
         ("convolution", convolution),
         ("indexing", indexing),
         ("rotary", rotary),
-        ("rotary_into_cache", rotary_into_cache),
         ("gated_delta", gated_delta),
         ("causal_conv", causal_conv),
         ("creation", creation),
