@@ -93,8 +93,8 @@ pub(crate) fn strides(t: &Layout) -> [usize; 3] {
     [batch, t.strides[r - 3], t.strides[r - 2]]
 }
 
-/// The kernel's view of `q`, `k`, `v`, or why the composed path takes them: what
-/// [`views`] checks, 1–8 queries and a head dim of [`HEAD_DIMS`].
+/// The kernel's view of `q`, `k`, `v`, or why the composed path takes them: the
+/// layout checks of `views`, 1–8 queries and a head dim of [`HEAD_DIMS`].
 pub fn declines(q: &Layout, k: &Layout, v: &Layout, dt: DType) -> std::result::Result<Shape, &'static str> {
     let sh = views(q, k, v, dt)?;
     if sh.l == 0 || sh.l > MAX_QUERIES {
