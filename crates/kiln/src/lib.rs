@@ -2,6 +2,7 @@
 //! backend of dedicated kernels.
 
 pub mod alloc_check;
+mod backend;
 pub mod convert;
 pub mod cpu;
 pub mod cuda;

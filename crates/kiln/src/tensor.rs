@@ -1,6 +1,7 @@
 //! The `Tensor` handle: shared storage plus a strided layout, dtype and device.
 //! Op methods live in `ops/`, one file per family.
 
+use crate::backend::{on_backend, Backend};
 use crate::cpu::CpuBuffer;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -158,22 +159,16 @@ impl Tensor {
                 format!("{} bytes for shape {:?} of {dtype} (needs {want})", bytes.len(), shape),
             ));
         }
-        match device {
-            Device::Cpu => Ok(Tensor::from_cpu(CpuBuffer::from_bytes(bytes), shape, dtype)),
-            Device::Cuda(i) => {
-                let buf = crate::cuda::device(i)?.htod(bytes)?;
-                Ok(Tensor::from_storage(Storage::Cuda(buf), shape, dtype, device))
-            }
-        }
+        let storage = on_backend!(device: device, |B| B::wrap(B::upload(device, bytes)?));
+        Ok(Tensor::from_storage(storage, shape, dtype, device))
     }
 
     /// The elements in row-major order as raw bytes (copies to the host).
     pub fn to_raw_bytes(&self) -> Result<Vec<u8>> {
-        let t = self.to_device(Device::Cpu)?.contiguous()?;
-        let guard = t.read();
-        let Storage::Cpu(buf) = &*guard else { unreachable!("to_device(Cpu) gives a CPU tensor") };
+        let t = self.contiguous()?;
         let start = t.layout.offset * t.dtype.size();
-        Ok(buf.bytes()[start..start + t.nbytes()].to_vec())
+        let bytes = on_backend!(&*t.read(), |B, b| B::read_bytes(b, start, t.nbytes())?);
+        Ok(bytes)
     }
 
     /// The elements in row-major order; `T` must be this tensor's dtype.

@@ -183,6 +183,25 @@ fn rows_into<W: WeightElem>(x: &[f32], rows: usize, k: usize, w: &[W], j0: usize
     }
 }
 
+/// [`linear`] with the weight `[n, k]` at element `at` of a contiguous f32 / bf16 / f16
+/// buffer of dtype `dt`, read as stored.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn linear_of(
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    (w, at): super::At,
+    n: usize,
+    dt: crate::DType,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    match dt {
+        crate::DType::BF16 => linear(x, rows, k, &w.as_slice::<bf16>()[at..at + n * k], n, bias),
+        crate::DType::F16 => linear(x, rows, k, &w.as_slice::<f16>()[at..at + n * k], n, bias),
+        _ => linear(x, rows, k, &w.as_slice::<f32>()[at..at + n * k], n, bias),
+    }
+}
+
 /// `y[r, j] = x[r, :] · w[j, :] (+ bias[j])` for `x` `[rows, k]` (f32, contiguous) and `w`
 /// `[n, k]` (contiguous): the `[rows, n]` f32 result.
 pub fn linear<W: WeightElem>(

@@ -4,9 +4,11 @@
 //! reached through the `Tensor` ops.
 
 pub(crate) mod attention;
+mod backend;
 mod buffer;
 pub(crate) mod causal_conv;
 pub(crate) mod elementwise;
+mod experts;
 pub(crate) mod gated_delta;
 pub mod gemv;
 pub(crate) mod histogram;
@@ -15,11 +17,13 @@ pub(crate) mod interpolate;
 pub(crate) mod loss;
 pub(crate) mod matmul;
 pub(crate) mod nn;
+mod random;
 pub(crate) mod reduce;
 pub(crate) mod rotary;
 pub(crate) mod scaled_mm;
 pub(crate) mod topk;
 
+pub(crate) use backend::Cpu;
 pub(crate) use buffer::CpuBuffer;
 
 /// A buffer and the element its contiguous view starts at.

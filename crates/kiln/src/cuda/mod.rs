@@ -26,6 +26,7 @@
 
 mod allocator;
 mod availability;
+mod backend;
 mod device;
 mod info;
 mod kernels;
@@ -35,6 +36,7 @@ mod stream;
 
 pub use allocator::{DeviceBuffer, DriverPeakProbe, MemoryStats};
 pub use availability::availability;
+pub(crate) use backend::Cuda;
 pub use device::{device, BlasGuard, CudaDevice, DeviceProps};
 pub use info::DeviceInfo;
 pub use kernels::{

@@ -5,6 +5,9 @@
 //! where), so it runs on every device they do; it is the reference dedicated attention
 //! kernels are checked against.
 
+use crate::backend::{buf, Backend, Route};
+use crate::cpu::Cpu;
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
 use crate::{DType, Tensor};
 
@@ -110,7 +113,6 @@ impl Tensor {
 /// The CUDA decode kernel's result, or `None` where the composed path takes the call.
 fn decode_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
     use crate::cuda::ops::attention_decode;
-    use crate::storage::Storage;
     if !matches!(q.device(), crate::Device::Cuda(_))
         || o.attn_mask.is_some()
         || (o.is_causal && o.causal_offset != 0)
@@ -123,25 +125,22 @@ fn decode_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -
     else {
         return Ok(None);
     };
-    let len = o.kv_len.map(|n| n.read());
-    let len_ptr = match (len.as_deref(), o.kv_len) {
-        (Some(Storage::Cuda(b)), Some(n)) => Some(b.ptr() + (n.layout().offset * 4) as u64),
-        _ => None,
+    let len_ptr = match o.kv_len {
+        Some(n) => Some(buf::<Cuda>(&n.read(), OP)?.ptr() + (n.layout().offset * 4) as u64),
+        None => None,
     };
-    let buf = match (&*q.read(), &*k.read(), &*v.read()) {
-        (Storage::Cuda(qb), Storage::Cuda(kb), Storage::Cuda(vb)) => attention_decode::sdpa(
-            (qb, q.layout()),
-            (kb, k.layout()),
-            (vb, v.layout()),
-            len_ptr,
-            sh,
-            q.dtype(),
-            o.is_causal,
-            scale,
-        )?,
-        _ => unreachable!("devices checked"),
-    };
-    Ok(Some(kernel_output(q, buf, sh)))
+    let (gq, gk, gv) = (q.read(), k.read(), v.read());
+    let y = attention_decode::sdpa(
+        (buf::<Cuda>(&gq, OP)?, q.layout()),
+        (buf::<Cuda>(&gk, OP)?, k.layout()),
+        (buf::<Cuda>(&gv, OP)?, v.layout()),
+        len_ptr,
+        sh,
+        q.dtype(),
+        o.is_causal,
+        scale,
+    )?;
+    Ok(Some(kernel_output(q, y, sh)))
 }
 
 /// A kernel's shape where `declined` accepted the views and their heads fit `o`: heads
@@ -156,7 +155,7 @@ fn kernel_shape(
         Ok(sh) if o.enable_gqa || sh.hkv == 1 || sh.hkv == sh.hq => Some(sh),
         Ok(_) => None,
         Err(why) => {
-            tracing::debug!("scaled_dot_product_attention {:?} {:?}: composed ({why})", q.shape(), k.shape());
+            Route::of(format_args!("{OP} {:?} {:?}", q.shape(), k.shape()), Some(why));
             None
         }
     }
@@ -170,7 +169,7 @@ fn kernel_output(
 ) -> Tensor {
     let mut shape = q.shape()[..q.rank() - 2].to_vec();
     shape.extend([sh.l, sh.e]);
-    Tensor::from_storage(crate::storage::Storage::Cuda(buf), &shape, q.dtype(), q.device())
+    Tensor::from_storage(Cuda::wrap(buf), &shape, q.dtype(), q.device())
 }
 
 /// The CUDA prefill (flash) kernel's result, or `None` where the composed path takes the
@@ -178,7 +177,6 @@ fn kernel_output(
 /// Float masks other than f32 are widened to f32 first (as the composed path adds them).
 fn prefill_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
     use crate::cuda::ops::attention_prefill::{self, Mask};
-    use crate::storage::Storage;
     if !matches!(q.device(), crate::Device::Cuda(_))
         || o.kv_len.is_some()
         || !crate::settings::PREFILL_ATTENTION.get()?
@@ -203,27 +201,26 @@ fn prefill_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) 
         None => None,
     };
     let mask_storage = mask.as_ref().map(|m| m.read());
-    let mask_arg = match (mask_storage.as_deref(), &mask, strides) {
-        (Some(Storage::Cuda(b)), Some(m), Some(strides)) => {
+    let mask_arg = match (&mask_storage, &mask, strides) {
+        (Some(g), Some(m), Some(strides)) => {
+            let b = buf::<Cuda>(g, OP)?;
             Some(Mask { buf: b, bool: m.dtype() == DType::Bool, offset: m.layout().offset, strides })
         }
         _ => None,
     };
     let causal = o.is_causal.then_some(o.causal_offset);
-    let buf = match (&*q.read(), &*k.read(), &*v.read()) {
-        (Storage::Cuda(qb), Storage::Cuda(kb), Storage::Cuda(vb)) => attention_prefill::sdpa(
-            (qb, q.layout()),
-            (kb, k.layout()),
-            (vb, v.layout()),
-            mask_arg,
-            sh,
-            q.dtype(),
-            causal,
-            scale,
-        )?,
-        _ => unreachable!("devices checked"),
-    };
-    Ok(Some(kernel_output(q, buf, sh)))
+    let (gq, gk, gv) = (q.read(), k.read(), v.read());
+    let y = attention_prefill::sdpa(
+        (buf::<Cuda>(&gq, OP)?, q.layout()),
+        (buf::<Cuda>(&gk, OP)?, k.layout()),
+        (buf::<Cuda>(&gv, OP)?, v.layout()),
+        mask_arg,
+        sh,
+        q.dtype(),
+        causal,
+        scale,
+    )?;
+    Ok(Some(kernel_output(q, y, sh)))
 }
 
 /// The CPU decode attention's result, or `None` where the composed path takes the call:
@@ -231,7 +228,6 @@ fn prefill_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) 
 /// (`enable_gqa`), the last dim contiguous.
 fn cpu_decode(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
     use crate::cpu::attention::{decode, Shape, View};
-    use crate::storage::Storage;
     let [qs, ks, vs] = [q, k, v].map(|t| t.shape());
     let fits = q.device() == crate::Device::Cpu
         && o.attn_mask.is_none()
@@ -257,9 +253,7 @@ fn cpu_decode(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> R
     let [q, k, v] = [q, k, v].map(|t| if t.layout().strides[3] == 1 { Ok(t) } else { t.contiguous() });
     let (q, k, v) = (q?, k?, v?);
     let (gq, gk, gv) = (q.read(), k.read(), v.read());
-    let (Storage::Cpu(bq), Storage::Cpu(bk), Storage::Cpu(bv)) = (&*gq, &*gk, &*gv) else {
-        unreachable!("devices checked")
-    };
+    let (bq, bk, bv) = (buf::<Cpu>(&gq, OP)?, buf::<Cpu>(&gk, OP)?, buf::<Cpu>(&gv, OP)?);
     fn view<'a>(t: &Tensor, b: &'a crate::cpu::CpuBuffer) -> View<'a> {
         let l = t.layout();
         View {

@@ -1,17 +1,14 @@
 //! Dtype and device conversion, and the strided copy both are built on.
 
-use crate::cpu;
+use crate::backend::{buf, on_backend, Backend};
 use crate::error::Result;
-use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 
 impl Tensor {
     /// A contiguous copy converted to `dtype` (PyTorch's rounding for bf16 / float8).
     pub(crate) fn copy_as(&self, dtype: DType) -> Result<Tensor> {
-        let storage = match &*self.read() {
-            Storage::Cpu(b) => Storage::Cpu(cpu::cast(b, &self.layout, self.dtype, dtype)),
-            Storage::Cuda(b) => Storage::Cuda(crate::cuda::ops::cast(b, &self.layout, self.dtype, dtype)?),
-        };
+        let storage =
+            on_backend!(&*self.read(), |B, b| B::wrap(B::cast(b, &self.layout, self.dtype, dtype)?));
         Ok(Tensor::from_storage(storage, self.shape(), dtype, self.device))
     }
 
@@ -30,10 +27,7 @@ impl Tensor {
         }
         let t = self.contiguous()?;
         let start = t.layout.offset * t.dtype.size();
-        let bytes = match &*t.read() {
-            Storage::Cpu(b) => b.bytes()[start..start + t.nbytes()].to_vec(),
-            Storage::Cuda(b) => crate::cuda::device_of(self.device)?.dtoh(b, start, t.nbytes())?,
-        };
+        let bytes = on_backend!(&*t.read(), |B, b| B::read_bytes(b, start, t.nbytes())?);
         Tensor::from_raw_bytes(&bytes, self.shape(), self.dtype, device)
     }
 
@@ -46,15 +40,12 @@ impl Tensor {
         let src = if src.same_storage(self) { src.copy_as(self.dtype)? } else { src };
         let s = src.read();
         let mut d = self.write("copy_")?;
-        match (&mut *d, &*s) {
-            (Storage::Cpu(d), Storage::Cpu(s)) => {
-                cpu::index::copy_into(d, &self.layout, s, &src.layout, self.dtype);
-                Ok(())
-            }
-            (Storage::Cuda(d), Storage::Cuda(s)) => {
-                crate::cuda::ops::copy_into(d, &self.layout, s, &src.layout, self.dtype)
-            }
-            _ => unreachable!("devices checked above"),
-        }
+        on_backend!(&mut *d, |B, d| B::copy_into(
+            d,
+            &self.layout,
+            buf::<B>(&s, "copy_")?,
+            &src.layout,
+            self.dtype
+        ))
     }
 }

@@ -4,9 +4,9 @@
 //! `Conv1d(groups = C, padding = K − 1)` cut to the input's length; causal-conv1d's
 //! `causal_conv1d_update`). One launch on CUDA (`kernels/causal_conv.cu`).
 
+use crate::backend::{buf, on_backend, Backend};
 use crate::error::{Error, Result};
-use crate::storage::Storage;
-use crate::{cpu, DType, Tensor};
+use crate::{DType, Tensor};
 
 /// The most taps a convolution may have (the kernel keeps them in registers;
 /// causal-conv1d itself takes 2–4).
@@ -75,47 +75,12 @@ impl Tensor {
         let (xg, wg, bg) = (x.read(), w.read(), bias.as_ref().map(|v| (v.read(), v.layout.offset)));
         let mut sg = state.write(OP)?;
         let dims = [b, t, c, k];
-        let y = match (&*xg, &*wg, &mut *sg) {
-            (Storage::Cpu(xb), Storage::Cpu(wb), Storage::Cpu(sb)) => {
-                let bias = match &bg {
-                    Some((g, at)) => match &**g {
-                        Storage::Cpu(v) => Some((v, *at)),
-                        Storage::Cuda(_) => unreachable!("devices checked above"),
-                    },
-                    None => None,
-                };
-                let at = (state.layout.offset, x.layout.offset, w.layout.offset);
-                Storage::Cpu(cpu::causal_conv::causal_conv_buffers(
-                    (xb, at.1),
-                    sb,
-                    at.0,
-                    (wb, at.2),
-                    bias,
-                    dims,
-                    silu,
-                    dt,
-                ))
-            }
-            (Storage::Cuda(xb), Storage::Cuda(wb), Storage::Cuda(sb)) => {
-                let bias = match &bg {
-                    Some((g, at)) => match &**g {
-                        Storage::Cuda(v) => Some((v, *at)),
-                        Storage::Cpu(_) => unreachable!("devices checked above"),
-                    },
-                    None => None,
-                };
-                Storage::Cuda(crate::cuda::ops::causal_conv(
-                    (xb, x.layout.offset),
-                    (sb, state.layout.offset),
-                    (wb, w.layout.offset),
-                    bias,
-                    dims,
-                    silu,
-                    dt,
-                )?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let s_at = state.layout.offset;
+        let y = on_backend!(&mut *sg, |B, sb| {
+            let bias = bg.as_ref().map(|(g, at)| buf::<B>(g, OP).map(|v| (v, *at))).transpose()?;
+            let (xb, wb) = ((buf::<B>(&xg, OP)?, x.layout.offset), (buf::<B>(&wg, OP)?, w.layout.offset));
+            B::wrap(B::causal_conv(xb, (sb, s_at), wb, bias, dims, silu, dt)?)
+        });
         Ok(Tensor::from_storage(y, &[b, t, c], dt, self.device))
     }
 }

@@ -1,9 +1,9 @@
 //! Creation ops. Random tensors use a counter-based generator (element i's value is a
 //! hash of (seed, i)), so the CPU and the GPU produce the same numbers for a seed.
 
+use crate::backend::{on_backend, Backend};
 use crate::cpu::CpuBuffer;
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use crate::{DType, Device, Elem, Tensor};
 
 /// Distribution of `Tensor::rand` / `randn`.
@@ -13,26 +13,6 @@ pub enum RandKind {
     Uniform,
     /// N(0, 1)
     Normal,
-}
-
-/// splitmix64 of (seed, counter): the generator shared with `kernels/fill.cu`.
-pub fn hash_u64(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i.wrapping_add(0x632B_E59B_D9B4_E019);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Uniform in [0, 1) from the top 24 bits, as f32 (exactly representable).
-pub fn uniform_f32(seed: u64, i: u64) -> f32 {
-    (hash_u64(seed, i) >> 40) as f32 * (1.0 / 16_777_216.0)
-}
-
-/// Standard normal by Box–Muller on two uniforms, computed in f32.
-pub fn normal_f32(seed: u64, i: u64) -> f32 {
-    let u1 = 1.0 - uniform_f32(seed, 2 * i); // (0, 1]
-    let u2 = uniform_f32(seed, 2 * i + 1);
-    (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
 }
 
 fn check_creatable(op: &'static str, dtype: DType) -> Result<()> {
@@ -47,12 +27,7 @@ impl Tensor {
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         crate::alloc_check::check_output("full", shape, dtype, device)?;
         let n = crate::layout::numel(shape);
-        let storage = match device {
-            Device::Cpu => {
-                Storage::Cpu(crate::with_dtype!(dtype, T, CpuBuffer::from_vec(vec![T::from_f64(value); n])))
-            }
-            Device::Cuda(_) => Storage::Cuda(crate::cuda::ops::fill(device, n, dtype, value)?),
-        };
+        let storage = on_backend!(device: device, |B| B::wrap(B::fill(device, n, dtype, value)?));
         Ok(Tensor::from_storage(storage, shape, dtype, device))
     }
 
@@ -88,12 +63,9 @@ impl Tensor {
             return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
         }
         let n = ((end - start) / step).ceil() as usize;
-        if let Device::Cuda(_) = device {
-            crate::alloc_check::check_output("arange", &[n], dtype, device)?;
-            let buf = crate::cuda::ops::arange(device, n, dtype, start, step)?;
-            return Ok(Tensor::from_storage(Storage::Cuda(buf), &[n], dtype, device));
-        }
-        Self::from_f64_fn(n, dtype, device, |i| start + i as f64 * step)
+        crate::alloc_check::check_output("arange", &[n], dtype, device)?;
+        let storage = on_backend!(device: device, |B| B::wrap(B::arange(device, n, dtype, start, step)?));
+        Ok(Tensor::from_storage(storage, &[n], dtype, device))
     }
 
     /// `steps` values evenly spaced from `start` to `end` inclusive (PyTorch's formula:
@@ -153,20 +125,7 @@ impl Tensor {
         }
         crate::alloc_check::check_output("rand", shape, dtype, device)?;
         let n = crate::layout::numel(shape);
-        let storage = match device {
-            Device::Cpu => {
-                let gen = |i: usize| match kind {
-                    RandKind::Uniform => uniform_f32(seed, i as u64),
-                    RandKind::Normal => normal_f32(seed, i as u64),
-                };
-                Storage::Cpu(crate::with_dtype!(
-                    dtype,
-                    T,
-                    CpuBuffer::from_vec((0..n).map(|i| T::from_f64(gen(i) as f64)).collect::<Vec<T>>())
-                ))
-            }
-            Device::Cuda(_) => Storage::Cuda(crate::cuda::ops::rand(device, n, dtype, seed, kind)?),
-        };
+        let storage = on_backend!(device: device, |B| B::wrap(B::rand(device, n, dtype, seed, kind)?));
         Ok(Tensor::from_storage(storage, shape, dtype, device))
     }
 
@@ -184,14 +143,6 @@ impl Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn randn_has_unit_moments() {
-        let v: Vec<f64> = (0..100_000).map(|i| normal_f32(7, i) as f64).collect();
-        let mean = v.iter().sum::<f64>() / v.len() as f64;
-        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
-        assert!(mean.abs() < 0.02 && (var - 1.0).abs() < 0.02, "mean {mean} var {var}");
-    }
 
     #[test]
     fn linspace_hits_both_ends() {

@@ -6,10 +6,9 @@
 //! under the `#define` the kernels are given for it ([`kernel_op_codes`]).
 //! CONTRIBUTING.md ("Adding an op") walks through adding one.
 
-use crate::cpu;
+use crate::backend::{buf, on_backend, Backend};
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
-use crate::storage::Storage;
 use crate::{DType, Tensor};
 
 /// How a binary op treats dtypes.
@@ -221,15 +220,10 @@ impl Tensor {
         let shape = broadcast_shapes(self.shape(), rhs.shape())?;
         let a = self.to_dtype(dt)?.broadcast_to(&shape)?;
         let b = rhs.to_dtype(dt)?.broadcast_to(&shape)?;
-        let storage = match (&*a.read(), &*b.read()) {
-            (Storage::Cpu(x), Storage::Cpu(y)) => {
-                Storage::Cpu(cpu::elementwise::binary(op, x, &a.layout, y, &b.layout, dt, out))
-            }
-            (Storage::Cuda(x), Storage::Cuda(y)) => {
-                Storage::Cuda(crate::cuda::ops::binary(op, x, &a.layout, y, &b.layout, dt, out)?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let yg = b.read();
+        let storage = on_backend!(&*a.read(), |B, x| {
+            B::wrap(B::binary(op, x, &a.layout, buf::<B>(&yg, op.name())?, &b.layout, dt, out)?)
+        });
         Ok(Tensor::from_storage(storage, &shape, out, self.device))
     }
 
@@ -265,10 +259,7 @@ impl Tensor {
         }
         let dt = if op.keeps_int() { self.dtype } else { self.dtype.to_float() };
         let x = self.to_dtype(dt)?;
-        let storage = match &*x.read() {
-            Storage::Cpu(b) => Storage::Cpu(cpu::elementwise::unary(op, b, &x.layout, dt)),
-            Storage::Cuda(b) => Storage::Cuda(crate::cuda::ops::unary(op, b, &x.layout, dt)?),
-        };
+        let storage = on_backend!(&*x.read(), |B, b| B::wrap(B::unary(op, b, &x.layout, dt)?));
         Ok(Tensor::from_storage(storage, self.shape(), dt, self.device))
     }
 
@@ -281,15 +272,11 @@ impl Tensor {
         let c = cond.to_dtype(DType::Bool)?.broadcast_to(&shape)?;
         let a = a.to_dtype(dt)?.broadcast_to(&shape)?;
         let b = b.to_dtype(dt)?.broadcast_to(&shape)?;
-        let storage = match (&*c.read(), &*a.read(), &*b.read()) {
-            (Storage::Cpu(c_), Storage::Cpu(x), Storage::Cpu(y)) => {
-                Storage::Cpu(cpu::elementwise::where_(c_, &c.layout, x, &a.layout, y, &b.layout, dt))
-            }
-            (Storage::Cuda(c_), Storage::Cuda(x), Storage::Cuda(y)) => {
-                Storage::Cuda(crate::cuda::ops::where_(c_, &c.layout, x, &a.layout, y, &b.layout, dt)?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let (xg, yg) = (a.read(), b.read());
+        let storage = on_backend!(&*c.read(), |B, cb| {
+            let (x, y) = (buf::<B>(&xg, "where")?, buf::<B>(&yg, "where")?);
+            B::wrap(B::where_(cb, &c.layout, x, &a.layout, y, &b.layout, dt)?)
+        });
         Ok(Tensor::from_storage(storage, &shape, dt, a.device))
     }
 
@@ -302,16 +289,10 @@ impl Tensor {
                 expected: "a floating dtype",
             });
         }
-        let (m, e) = match &*self.read() {
-            Storage::Cpu(b) => {
-                let (m, e) = cpu::elementwise::frexp(b, &self.layout, self.dtype);
-                (Storage::Cpu(m), Storage::Cpu(e))
-            }
-            Storage::Cuda(b) => {
-                let (m, e) = crate::cuda::ops::frexp(b, &self.layout, self.dtype)?;
-                (Storage::Cuda(m), Storage::Cuda(e))
-            }
-        };
+        let (m, e) = on_backend!(&*self.read(), |B, b| {
+            let (m, e) = B::frexp(b, &self.layout, self.dtype)?;
+            (B::wrap(m), B::wrap(e))
+        });
         Ok((
             Tensor::from_storage(m, self.shape(), self.dtype, self.device),
             Tensor::from_storage(e, self.shape(), DType::I32, self.device),

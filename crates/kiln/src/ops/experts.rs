@@ -13,9 +13,10 @@
 //!   host sync.
 
 use super::index::{check_index_dtype, host_indices};
+use crate::backend::{buf, on_backend, Backend, Route};
 use crate::cuda::ops::gemv::Pairs;
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use crate::{Device, Tensor};
 
 /// A mixture-of-experts layer's (token, slot) pairs grouped by expert
@@ -50,42 +51,16 @@ impl Tensor {
             return Err(Error::invalid(OP, format!("{num_experts} experts")));
         }
         let n = t * k;
-        let i64s = |v: Vec<i64>| Tensor::from_vec(v, &[n], self.device);
-        if let Device::Cuda(_) = self.device {
-            let idx = self.to_dtype(crate::DType::I64)?.dense()?;
-            let (rows, slot_rows, ends) = match &*idx.read() {
-                Storage::Cuda(b) => crate::cuda::ops::expert_groups(b, n, k, num_experts)?,
-                _ => unreachable!("a CUDA tensor"),
-            };
-            let wrap =
-                |buf, shape: &[usize], dt| Tensor::from_storage(Storage::Cuda(buf), shape, dt, self.device);
-            return Ok(ExpertGroups {
-                rows: wrap(rows, &[n], crate::DType::I64),
-                slot_rows: wrap(slot_rows, &[n], crate::DType::I64),
-                ends: wrap(ends, &[num_experts], crate::DType::I32),
-            });
-        }
-        // CPU: a stable counting sort of the host indices.
-        let idx = host_indices(OP, self, num_experts)?;
-        let mut next = vec![0usize; num_experts + 1];
-        for &e in &idx {
-            next[e + 1] += 1;
-        }
-        for e in 0..num_experts {
-            next[e + 1] += next[e];
-        }
-        let ends: Vec<i32> = next[1..].iter().map(|&v| v as i32).collect();
-        let (mut rows, mut slot_rows) = (vec![0i64; n], vec![0i64; n]);
-        for (s, &e) in idx.iter().enumerate() {
-            let p = next[e];
-            next[e] += 1;
-            rows[p] = (s / k) as i64;
-            slot_rows[s] = p as i64;
-        }
+        let idx = self.to_dtype(crate::DType::I64)?.dense()?;
+        let [rows, slot_rows, ends] = on_backend!(&*idx.read(), |B, b| {
+            let (rows, slot_rows, ends) = B::expert_groups(OP, b, n, k, num_experts)?;
+            [rows, slot_rows, ends].map(B::wrap)
+        });
+        let wrap = |s, shape: &[usize], dt| Tensor::from_storage(s, shape, dt, self.device);
         Ok(ExpertGroups {
-            rows: i64s(rows)?,
-            slot_rows: i64s(slot_rows)?,
-            ends: Tensor::from_vec(ends, &[num_experts], self.device)?,
+            rows: wrap(rows, &[n], crate::DType::I64),
+            slot_rows: wrap(slot_rows, &[n], crate::DType::I64),
+            ends: wrap(ends, &[num_experts], crate::DType::I32),
         })
     }
 
@@ -153,49 +128,36 @@ impl Tensor {
             return Err(Error::IndexOutOfRange { op, index: 0, size: 0 });
         }
         if pairs.0 {
-            let why = match &*weights.read() {
-                Storage::Cuda(b) => crate::cuda::ops::gemv::pairs_decline(
-                    n,
-                    k,
-                    b.ptr() + (weights.layout.offset * weights.dtype.size()) as u64,
-                    weights.dtype,
-                ),
-                _ => Some("not on CUDA"),
-            };
-            if let Some(why) = why {
-                tracing::debug!("{op} {t}x{slots} of {ws:?} {}: composed ({why})", self.dtype);
+            let why = Cuda::of(&weights.read()).map_or(Some("not on CUDA"), |b| {
+                let wp = b.ptr() + (weights.layout.offset * weights.dtype.size()) as u64;
+                crate::cuda::ops::gemv::pairs_decline(n, k, wp, weights.dtype)
+            });
+            let what = format_args!("{op} {t}x{slots} of {ws:?} {}", self.dtype);
+            if let Route::Composed(_) = Route::of(what, why) {
                 let h = self.experts_product(op, weights, experts, Pairs(false))?;
                 return h.narrow(-1, 0, n_out)?.silu_mul(&h.narrow(-1, n_out, n_out)?);
             }
         }
         if let Device::Cuda(_) = self.device {
             let why = crate::cuda::ops::gemv::experts_declines(t * slots, &weights.layout, self.dtype);
-            let Some(why) = why else {
-                let buf = match (&*self.read(), &*weights.read(), &*experts.read()) {
-                    (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(i)) => {
-                        crate::cuda::ops::gemv::expert_linear(
-                            x,
-                            &self.layout,
-                            per_row,
-                            w,
-                            &weights.layout,
-                            i,
-                            &experts.layout,
-                            experts.dtype,
-                            pairs,
-                            self.dtype,
-                        )?
-                    }
-                    _ => unreachable!("devices checked above"),
-                };
-                return Ok(Tensor::from_storage(
-                    Storage::Cuda(buf),
-                    &[t, slots, n_out],
+            if Route::of(format_args!("{op} {t}x{slots} of {ws:?} {}", self.dtype), why) == Route::Kernel {
+                let (xg, wg, ig) = (self.read(), weights.read(), experts.read());
+                let (x, w, i) = (buf::<Cuda>(&xg, op)?, buf::<Cuda>(&wg, op)?, buf::<Cuda>(&ig, op)?);
+                let (xl, wl, il) = (&self.layout, &weights.layout, &experts.layout);
+                let y = crate::cuda::ops::gemv::expert_linear(
+                    x,
+                    xl,
+                    per_row,
+                    w,
+                    wl,
+                    i,
+                    il,
+                    experts.dtype,
+                    pairs,
                     self.dtype,
-                    self.device,
-                ));
-            };
-            tracing::debug!("{op} {t}x{slots} of {ws:?} {}: composed path ({why})", self.dtype);
+                )?;
+                return Ok(Tensor::from_storage(Cuda::wrap(y), &[t, slots, n_out], self.dtype, self.device));
+            }
             // Each slot's weight gathered, then one batched product: no host sync.
             let w = weights.index_select(0, &experts.reshape(&[t * slots])?)?;
             let x = self.reshape(&[t, slots / per_row, 1, k])?.expand(&[t, slots, 1, k])?;
@@ -267,27 +229,23 @@ impl Tensor {
         let weights = weights.to_dtype(crate::DType::F32)?.dense()?;
         if let Device::Cuda(_) = self.device {
             let why = crate::cuda::ops::gemv::experts_sum_declines(t, k, &down.layout, self.dtype);
-            let Some(why) = why else {
-                let buf = match (&*self.read(), &*down.read(), &*experts.read(), &*weights.read()) {
-                    (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(e), Storage::Cuda(r)) => {
-                        crate::cuda::ops::gemv::expert_linear_sum(
-                            x,
-                            &self.layout,
-                            w,
-                            &down.layout,
-                            e,
-                            &experts.layout,
-                            experts.dtype,
-                            r,
-                            weights.layout.offset,
-                            self.dtype,
-                        )?
-                    }
-                    _ => unreachable!("devices checked above"),
-                };
-                return Ok(Tensor::from_storage(Storage::Cuda(buf), &[t, n], self.dtype, self.device));
-            };
-            tracing::debug!("{OP} {t}x{k} of {ds:?} {}: composed path ({why})", self.dtype);
+            if Route::of(format_args!("{OP} {t}x{k} of {ds:?} {}", self.dtype), why) == Route::Kernel {
+                let g = [self.read(), down.read(), experts.read(), weights.read()];
+                let [x, w, e, r] = [0, 1, 2, 3].map(|i| buf::<Cuda>(&g[i], OP));
+                let y = crate::cuda::ops::gemv::expert_linear_sum(
+                    x?,
+                    &self.layout,
+                    w?,
+                    &down.layout,
+                    e?,
+                    &experts.layout,
+                    experts.dtype,
+                    r?,
+                    weights.layout.offset,
+                    self.dtype,
+                )?;
+                return Ok(Tensor::from_storage(Cuda::wrap(y), &[t, n], self.dtype, self.device));
+            }
         }
         let y = self.expert_linear(down, experts)?;
         let f32 = crate::DType::F32;

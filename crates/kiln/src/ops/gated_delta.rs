@@ -12,10 +12,8 @@
 //! 35 ops, kiln-models' `gated_delta.rs`) is what it replaces in a decode step; one kernel
 //! on CUDA (`kernels/gated_delta.cu`), the same loops on the CPU.
 
-use crate::cpu;
-use crate::cuda::ops::GatedDeltaBuffers;
+use crate::backend::{buf, on_backend, Backend};
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use crate::{DType, Tensor};
 
 /// The layer's parameters for [`Tensor::gated_delta_step`].
@@ -106,36 +104,10 @@ impl Tensor {
         let guards = ts.each_ref().map(|t| (t.read(), t.layout.offset));
         let mut sg = state.write(OP)?;
         let s_at = state.layout.offset;
-        let y = match (guards.each_ref().map(|(g, at)| (&**g, *at)), &mut *sg) {
-            (
-                [(Storage::Cpu(x), xo), (Storage::Cpu(b), bo), (Storage::Cpu(a), ao), (Storage::Cpu(z), zo), (Storage::Cpu(n), no), (Storage::Cpu(d), doff), (Storage::Cpu(w), wo)],
-                Storage::Cpu(s),
-            ) => Storage::Cpu(cpu::gated_delta::gated_delta_step(
-                [(x, xo), (b, bo), (a, ao), (z, zo)],
-                (s, s_at),
-                [(n, no), (d, doff), (w, wo)],
-                dims,
-                p.eps,
-                dt,
-            )),
-            (
-                [(Storage::Cuda(qkv), xo), (Storage::Cuda(b), bo), (Storage::Cuda(a), ao), (Storage::Cuda(z), zo), (Storage::Cuda(neg_a), no), (Storage::Cuda(dt_bias), doff), (Storage::Cuda(norm), wo)],
-                Storage::Cuda(state),
-            ) => {
-                let bufs = GatedDeltaBuffers {
-                    qkv: (qkv, xo),
-                    b: (b, bo),
-                    a: (a, ao),
-                    z: (z, zo),
-                    state: (state, s_at),
-                    neg_a: (neg_a, no),
-                    dt_bias: (dt_bias, doff),
-                    norm: (norm, wo),
-                };
-                Storage::Cuda(crate::cuda::ops::gated_delta_step(bufs, dims, p.eps, dt)?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let y = on_backend!(&mut *sg, |B, s| {
+            let [x, b, a, z, n, d, w] = guards.each_ref().map(|(g, o)| buf::<B>(g, OP).map(|b| (b, *o)));
+            B::wrap(B::gated_delta_step([x?, b?, a?, z?], (s, s_at), [n?, d?, w?], dims, p.eps, dt)?)
+        });
         Ok(Tensor::from_storage(y, &[batch, hv * dv], dt, self.device))
     }
 }

@@ -1,8 +1,8 @@
 //! `bincount`: histograms of non-negative integers.
 
-use crate::cpu;
+use crate::backend::{buf, on_backend, Backend};
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use crate::{DType, Tensor};
 
 impl Tensor {
@@ -42,32 +42,22 @@ impl Tensor {
         crate::alloc_check::check_output("bincount", &[nbins], out_dt, self.device)?;
         let wg = w.as_ref().map(|w| (w.read(), w.dtype));
         let n = x.numel();
-        let storage = match (&*x.read(), wg.as_ref().map(|(g, dt)| (&**g, *dt))) {
-            (Storage::Cpu(b), None) => Storage::Cpu(cpu::histogram::bincount(b, None, n, nbins)),
-            (Storage::Cpu(b), Some((Storage::Cpu(wb), dt))) => {
-                Storage::Cpu(cpu::histogram::bincount(b, Some((wb, dt)), n, nbins))
-            }
-            (Storage::Cuda(b), None) => Storage::Cuda(crate::cuda::ops::bincount(b, None, n, nbins)?),
-            (Storage::Cuda(b), Some((Storage::Cuda(wb), dt))) => {
-                Storage::Cuda(crate::cuda::ops::bincount(b, Some((wb, dt)), n, nbins)?)
-            }
-            _ => unreachable!("devices checked in check_bincount"),
-        };
+        let storage = on_backend!(&*x.read(), |B, b| {
+            let w = wg.as_ref().map(|(g, dt)| buf::<B>(g, "bincount").map(|w| (w, *dt))).transpose()?;
+            B::wrap(B::bincount(b, w, n, nbins)?)
+        });
         Ok(Tensor::from_storage(storage, &[nbins], out_dt, self.device))
     }
 
     /// (min, max) of a non-empty dense int64 tensor, read back to the host (the one sync
     /// of the eager `bincount`). On the GPU one whole-GPU launch finds both.
     fn value_range(&self) -> Result<(i64, i64)> {
-        let keys = match &*self.read() {
-            Storage::Cuda(b) => crate::cuda::ops::value_range_i64(b, self.numel())?,
-            Storage::Cpu(_) => {
-                let (lo, hi) = (self.min(&[], false)?, self.max(&[], false)?);
-                return Ok((lo.to_vec::<i64>()?[0], hi.to_vec::<i64>()?[0]));
-            }
-        };
-        let keys =
-            Tensor::from_storage(Storage::Cuda(keys), &[2], DType::U64, self.device).to_vec::<u64>()?;
+        if !self.device.is_cuda() {
+            let (lo, hi) = (self.min(&[], false)?, self.max(&[], false)?);
+            return Ok((lo.to_vec::<i64>()?[0], hi.to_vec::<i64>()?[0]));
+        }
+        let keys = crate::cuda::ops::value_range_i64(buf::<Cuda>(&self.read(), "bincount")?, self.numel())?;
+        let keys = Tensor::from_storage(Cuda::wrap(keys), &[2], DType::U64, self.device).to_vec::<u64>()?;
         Ok(crate::cuda::ops::decode_range([keys[0], keys[1]]))
     }
 

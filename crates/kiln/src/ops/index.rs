@@ -3,10 +3,9 @@
 //! read back (that would be a host sync in the decode path): kernels wrap negative
 //! indices and write 0 for out-of-range ones, as documented in `kernels/index.cu`.
 
-use crate::cpu;
+use crate::backend::{buf, on_backend, Backend};
 use crate::error::{Error, Result};
 use crate::layout::normalize_dim;
-use crate::storage::Storage;
 use crate::{DType, Tensor};
 
 /// Where an in-place write by index lands: the one difference between `put_` and
@@ -29,21 +28,17 @@ pub(super) fn check_index_dtype(op: &'static str, t: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Host copy of CPU indices, negative ones wrapped, each checked against `size`.
-pub(super) fn host_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
-    let g = idx.read();
-    let Storage::Cpu(b) = &*g else { unreachable!("only called for CPU tensors") };
-    cpu::index::indices_as_i64(b, &idx.layout, idx.dtype)
-        .into_iter()
-        .map(|i| {
-            let j = if i < 0 { i + size as i64 } else { i };
-            if j < 0 || j >= size as i64 {
-                Err(Error::IndexOutOfRange { op, index: i, size })
-            } else {
-                Ok(j as usize)
-            }
-        })
-        .collect()
+/// Index `i` of a dim of `size`, negative ones wrapped once: the range check of every
+/// index the host can see.
+pub(crate) fn wrap_index(op: &'static str, i: i64, size: usize) -> Result<usize> {
+    let j = if i < 0 { i + size as i64 } else { i };
+    usize::try_from(j).ok().filter(|&j| j < size).ok_or(Error::IndexOutOfRange { op, index: i, size })
+}
+
+/// The indices of `t` read to the host (a sync on a GPU: for CPU paths), each checked by
+/// [`wrap_index`] against `size`.
+pub(super) fn host_indices(op: &'static str, t: &Tensor, size: usize) -> Result<Vec<usize>> {
+    t.to_dtype(DType::I64)?.to_vec::<i64>()?.into_iter().map(|i| wrap_index(op, i, size)).collect()
 }
 
 impl Tensor {
@@ -63,12 +58,11 @@ impl Tensor {
             shape.push(1);
         }
         shape[d] = index.numel();
-        let storage = match (&*self.read(), &*index.read()) {
-            (Storage::Cpu(x), Storage::Cpu(_)) => {
-                let idx = host_indices("index_select", index, self.shape().get(d).copied().unwrap_or(1))?;
-                Storage::Cpu(cpu::index::index_select(x, &self.layout, d, &idx, self.dtype))
-            }
-            (Storage::Cuda(x), Storage::Cuda(i)) => Storage::Cuda(crate::cuda::ops::index_select(
+        let ig = index.read();
+        let storage = on_backend!(&*self.read(), |B, x| {
+            let i = buf::<B>(&ig, "index_select")?;
+            B::wrap(B::index_select(
+                "index_select",
                 x,
                 &self.layout,
                 d,
@@ -76,9 +70,8 @@ impl Tensor {
                 &index.layout,
                 index.dtype,
                 self.dtype,
-            )?),
-            _ => unreachable!("devices checked above"),
-        };
+            )?)
+        });
         Ok(Tensor::from_storage(storage, &shape, self.dtype, self.device))
     }
 
@@ -96,22 +89,11 @@ impl Tensor {
                 rhs: index.shape().to_vec(),
             });
         }
-        let storage = match (&*self.read(), &*index.read()) {
-            (Storage::Cpu(x), Storage::Cpu(_)) => {
-                let idx = host_indices("gather", index, self.shape()[d])?;
-                Storage::Cpu(cpu::index::gather(x, &self.layout, d, &idx, index.shape(), self.dtype))
-            }
-            (Storage::Cuda(x), Storage::Cuda(i)) => Storage::Cuda(crate::cuda::ops::gather(
-                x,
-                &self.layout,
-                d,
-                i,
-                &index.layout,
-                index.dtype,
-                self.dtype,
-            )?),
-            _ => unreachable!("devices checked above"),
-        };
+        let ig = index.read();
+        let storage = on_backend!(&*self.read(), |B, x| {
+            let i = buf::<B>(&ig, "gather")?;
+            B::wrap(B::gather("gather", x, &self.layout, d, i, &index.layout, index.dtype, self.dtype)?)
+        });
         Ok(Tensor::from_storage(storage, index.shape(), self.dtype, self.device))
     }
 
@@ -119,21 +101,11 @@ impl Tensor {
     pub fn take(&self, index: &Tensor) -> Result<Tensor> {
         self.check_same_device(index, "take")?;
         check_index_dtype("take", index)?;
-        let storage = match (&*self.read(), &*index.read()) {
-            (Storage::Cpu(x), Storage::Cpu(_)) => {
-                let idx = host_indices("take", index, self.numel())?;
-                Storage::Cpu(cpu::index::take(x, &self.layout, &idx, self.dtype))
-            }
-            (Storage::Cuda(x), Storage::Cuda(i)) => Storage::Cuda(crate::cuda::ops::take(
-                x,
-                &self.layout,
-                i,
-                &index.layout,
-                index.dtype,
-                self.dtype,
-            )?),
-            _ => unreachable!("devices checked above"),
-        };
+        let ig = index.read();
+        let storage = on_backend!(&*self.read(), |B, x| {
+            let i = buf::<B>(&ig, "take")?;
+            B::wrap(B::take("take", x, &self.layout, i, &index.layout, index.dtype, self.dtype)?)
+        });
         Ok(Tensor::from_storage(storage, index.shape(), self.dtype, self.device))
     }
 
@@ -190,30 +162,12 @@ impl Tensor {
     fn scatter_(&self, op: &'static str, index: &Tensor, source: &Tensor, how: Scatter) -> Result<()> {
         let src = source.to_dtype(self.dtype)?;
         let src = if src.same_storage(self) { src.copy_as(self.dtype)? } else { src };
-        let (i, s) = (index.read(), src.read());
-        let (lx, li, ls, idt, dt) = (&self.layout, &index.layout, &src.layout, index.dtype, self.dtype);
-        match (&*i, &*s) {
-            (Storage::Cpu(_), Storage::Cpu(sb)) => {
-                let size = match how {
-                    Scatter::Flat { .. } => self.numel(),
-                    Scatter::Along(d) => self.shape()[d],
-                };
-                let idx = host_indices(op, index, size)?;
-                let mut g = self.write(op)?;
-                let Storage::Cpu(x) = &mut *g else { unreachable!() };
-                match how {
-                    Scatter::Flat { accumulate } => cpu::index::put(x, lx, &idx, sb, ls, dt, accumulate),
-                    Scatter::Along(d) => cpu::index::index_copy(x, lx, d, &idx, sb, ls, dt),
-                }
-                Ok(())
-            }
-            (Storage::Cuda(ib), Storage::Cuda(sb)) => {
-                let mut g = self.write(op)?;
-                let Storage::Cuda(x) = &mut *g else { unreachable!() };
-                crate::cuda::ops::scatter(x, lx, how, ib, li, idt, sb, ls, dt)
-            }
-            _ => unreachable!("devices checked above"),
-        }
+        let (ig, sg) = (index.read(), src.read());
+        let mut g = self.write(op)?;
+        on_backend!(&mut *g, |B, x| {
+            let (i, s) = (buf::<B>(&ig, op)?, buf::<B>(&sg, op)?);
+            B::scatter(op, x, &self.layout, how, i, &index.layout, index.dtype, s, &src.layout, self.dtype)
+        })
     }
 
     /// Concatenates along `dim`; dtypes promote as in PyTorch.

@@ -12,9 +12,10 @@
 //! (`cuda/kernels/linalg_inv.cu`, `linalg_trsm.cu`); every other CUDA case gets
 //! `Error::NotImplemented`, never a silent copy to the host.
 
+use crate::backend::{buf, Backend};
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
-use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 use faer::linalg::solvers::{DenseSolveCore, Svd};
 use faer::Mat;
@@ -205,14 +206,11 @@ impl Tensor {
         }
         let a = self.dense()?;
         let count = a.numel() / (n * n);
-        let (out, singular) = match &*a.read() {
-            Storage::Cuda(x) => crate::cuda::ops::inv_small(x, a.dtype(), n, count)?,
-            Storage::Cpu(_) => unreachable!("a CUDA tensor"),
-        };
+        let (out, singular) = crate::cuda::ops::inv_small(buf::<Cuda>(&a.read(), OP)?, a.dtype(), n, count)?;
         if let Some(k) = singular {
             return Err(Error::invalid(OP, format!("matrix {k} is singular: its determinant is zero")));
         }
-        Ok(Tensor::from_storage(Storage::Cuda(out), self.shape(), self.dtype(), self.device()))
+        Ok(Tensor::from_storage(Cuda::wrap(out), self.shape(), self.dtype(), self.device()))
     }
 
     /// `torch.linalg.solve_triangular(A, B, upper=, left=, unitriangular=)` with `self` as
@@ -299,13 +297,18 @@ impl Tensor {
         if count == 0 || n == 0 || k == 0 {
             return Tensor::zeros(b.shape(), b.dtype(), b.device());
         }
-        let out = match (&*a.read(), &*b.read()) {
-            (Storage::Cuda(x), Storage::Cuda(y)) => {
-                crate::cuda::ops::trsm_small(x, y, a.dtype(), count, n, k, flags)?
-            }
-            _ => unreachable!("CUDA tensors"),
-        };
-        Ok(Tensor::from_storage(Storage::Cuda(out), b.shape(), b.dtype(), b.device()))
+        const OP: &str = "linalg.solve_triangular";
+        let (ga, gb) = (a.read(), b.read());
+        let out = crate::cuda::ops::trsm_small(
+            buf::<Cuda>(&ga, OP)?,
+            buf::<Cuda>(&gb, OP)?,
+            a.dtype(),
+            count,
+            n,
+            k,
+            flags,
+        )?;
+        Ok(Tensor::from_storage(Cuda::wrap(out), b.shape(), b.dtype(), b.device()))
     }
 
     /// `torch.linalg.qr(A, mode="reduced")`: Q `[..., m, k]` with orthonormal columns and

@@ -1,9 +1,8 @@
 //! Loss functions (PyTorch `torch.nn.functional` names and semantics).
 
-use crate::cpu;
+use crate::backend::{buf, on_backend, Backend};
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
-use crate::storage::Storage;
 use crate::Tensor;
 
 /// How a loss reduces its per-element terms, as PyTorch's `reduction=`.
@@ -36,13 +35,10 @@ impl Tensor {
         let shape = broadcast_shapes(self.shape(), target.shape())?;
         let (a, b) = (self.broadcast_to(&shape)?.dense()?, target.broadcast_to(&shape)?.dense()?);
         let n = a.numel();
-        let storage = match (&*a.read(), &*b.read()) {
-            (Storage::Cpu(x), Storage::Cpu(y)) => Storage::Cpu(cpu::loss::mse(x, y, a.dtype, n, reduction)),
-            (Storage::Cuda(x), Storage::Cuda(y)) => {
-                Storage::Cuda(crate::cuda::ops::mse_loss(x, y, a.dtype, n, reduction)?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let yg = b.read();
+        let storage = on_backend!(&*a.read(), |B, x| {
+            B::wrap(B::mse(x, buf::<B>(&yg, "mse_loss")?, a.dtype, n, reduction)?)
+        });
         let out_shape: &[usize] = if reduction == Reduction::None { &shape } else { &[] };
         Ok(Tensor::from_storage(storage, out_shape, self.dtype, self.device))
     }

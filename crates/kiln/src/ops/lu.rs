@@ -10,8 +10,9 @@
 //! launch per column otherwise.
 
 use super::linalg::{check_matrix, check_of, system_lead};
+use crate::backend::{buf, Backend};
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 use num_complex::{Complex32, Complex64};
 use std::ops::{Div, Mul, Neg, Sub};
@@ -30,15 +31,12 @@ fn check_any(op: &'static str, t: &Tensor) -> Result<()> {
 
 /// A CUDA tensor of `shape` holding `buf`.
 fn cuda_tensor(buf: crate::cuda::DeviceBuffer, shape: &[usize], dtype: DType, device: Device) -> Tensor {
-    Tensor::from_storage(Storage::Cuda(buf), shape, dtype, device)
+    Tensor::from_storage(Cuda::wrap(buf), shape, dtype, device)
 }
 
 /// The CUDA buffer of a dense CUDA tensor.
 fn with_buffer<R>(t: &Tensor, f: impl FnOnce(&crate::cuda::DeviceBuffer) -> Result<R>) -> Result<R> {
-    match &*t.read() {
-        Storage::Cuda(x) => f(x),
-        Storage::Cpu(_) => unreachable!("a CUDA tensor"),
-    }
+    f(buf::<Cuda>(&t.read(), "linalg.lu")?)
 }
 
 impl Tensor {

@@ -1,12 +1,12 @@
 //! `matmul` with PyTorch's rank rules (dot, mm, mv, batched with broadcasting), `linear`
 //! and `grouped_mm`.
 
-use crate::cpu;
-use crate::cpu::CpuBuffer;
+use crate::backend::{buf, on_backend, Backend, Route};
+use crate::cpu::{self, Cpu};
 use crate::cuda::ops::gemv::Pairs;
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
-use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 
 impl Tensor {
@@ -46,13 +46,10 @@ impl Tensor {
         let (a, b) = (a.broadcast_to(&sa)?, b.broadcast_to(&sb)?);
         let mut out_shape = batch;
         out_shape.extend([m, n]);
-        let storage = match (&*a.read(), &*b.read()) {
-            (Storage::Cpu(x), Storage::Cpu(y)) => Storage::Cpu(cpu_matmul(x, &a, y, &b)?),
-            (Storage::Cuda(x), Storage::Cuda(y)) => {
-                Storage::Cuda(crate::cuda::ops::matmul(x, &a.layout, y, &b.layout, a.dtype)?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let yg = b.read();
+        let storage = on_backend!(&*a.read(), |B, x| {
+            B::wrap(B::matmul(x, &a.layout, buf::<B>(&yg, "matmul")?, &b.layout, a.dtype)?)
+        });
         let mut out = Tensor::from_storage(storage, &out_shape, self.dtype, self.device);
         if rhs.rank() == 1 {
             out = out.squeeze(-1)?;
@@ -115,14 +112,11 @@ impl Tensor {
 
     /// Whether CUDA gate_up weight `w` `[2·I, K]` can run as SwiGLU pairs (alignment).
     fn cuda_pairs_fit(&self, w: &Tensor) -> bool {
-        let storage = w.read();
-        let Storage::Cuda(b) = &*storage else { return false };
-        let wp = b.ptr() + (w.layout.offset * w.dtype.size()) as u64;
-        let why = crate::cuda::ops::gemv::pairs_decline(w.shape()[0], w.shape()[1], wp, w.dtype);
-        if let Some(why) = why {
-            tracing::debug!("linear_swiglu {:?} {}: composed ({why})", w.shape(), w.dtype);
-        }
-        why.is_none()
+        let why = Cuda::of(&w.read()).map_or(Some("not on CUDA"), |b| {
+            let wp = b.ptr() + (w.layout.offset * w.dtype.size()) as u64;
+            crate::cuda::ops::gemv::pairs_decline(w.shape()[0], w.shape()[1], wp, w.dtype)
+        });
+        Route::of(format_args!("linear_swiglu {:?} {}", w.shape(), w.dtype), why) == Route::Kernel
     }
 
     /// The GEMV path of `linear` and `matmul` (`cuda/ops/gemv.rs`, `cpu/gemv.rs`): `None`
@@ -140,8 +134,10 @@ impl Tensor {
         if self.device == Device::Cpu {
             return self.cpu_gemv(weight, bias, rows);
         }
-        if let Some(why) = crate::cuda::ops::gemv::declines(rows, n, k, &weight.layout, self.dtype) {
-            tracing::debug!("linear {rows}x[{n}, {k}] {}: cuBLAS path ({why})", self.dtype);
+        let why = crate::cuda::ops::gemv::declines(rows, n, k, &weight.layout, self.dtype);
+        if let Route::Composed(_) =
+            Route::of(format_args!("linear {rows}x[{n}, {k}] {} (GEMV)", self.dtype), why)
+        {
             return Ok(None);
         }
         self.cuda_gemv(weight, bias, Pairs(false)).map(Some)
@@ -151,26 +147,17 @@ impl Tensor {
     /// [`Tensor::linear_swiglu`]) once its callers checked devices, dtypes and shapes:
     /// `self` `[..., K]`, `weight` `[N, K]` → `[..., N]` (`[..., N / 2]` with pairs).
     fn cuda_gemv(&self, weight: &Tensor, bias: Option<&Tensor>, pairs: Pairs) -> Result<Tensor> {
-        let bias_storage = bias.map(|b| b.read());
-        let bias_arg = match (bias_storage.as_deref(), bias) {
-            (Some(Storage::Cuda(b)), Some(bt)) => Some((b, &bt.layout)),
+        const OP: &str = "linear";
+        let (xg, wg, bg) = (self.read(), weight.read(), bias.map(|b| b.read()));
+        let bias = match (&bg, bias) {
+            (Some(g), Some(b)) => Some((buf::<Cuda>(g, OP)?, &b.layout)),
             _ => None,
         };
-        let buf = match (&*self.read(), &*weight.read()) {
-            (Storage::Cuda(x), Storage::Cuda(w)) => crate::cuda::ops::gemv::linear(
-                x,
-                &self.layout,
-                w,
-                &weight.layout,
-                bias_arg,
-                pairs,
-                self.dtype,
-            )?,
-            _ => unreachable!("devices checked above"),
-        };
+        let (x, w) = (buf::<Cuda>(&xg, OP)?, buf::<Cuda>(&wg, OP)?);
+        let y = crate::cuda::ops::gemv::linear(x, &self.layout, w, &weight.layout, bias, pairs, self.dtype)?;
         let mut shape = self.shape()[..self.rank() - 1].to_vec();
         shape.push(if pairs.0 { weight.shape()[0] / 2 } else { weight.shape()[0] });
-        Ok(Tensor::from_storage(Storage::Cuda(buf), &shape, self.dtype, self.device))
+        Ok(Tensor::from_storage(Cuda::wrap(y), &shape, self.dtype, self.device))
     }
     /// `torch._grouped_mm(self, b, offs)` for a 2-D `self` `[M, K]` and `b` `[G, K, N]`
     /// (the mixture-of-experts case): rows `offs[g-1]..offs[g]` of `self` times `b[g]`,
@@ -180,9 +167,9 @@ impl Tensor {
     /// PyTorch allows (its CUDA kernel takes bf16 only; kiln's takes all three).
     ///
     /// On CUDA the kernel of `kernels/grouped_mm.cu` reads `offs` on the device: no host
-    /// sync, so it can run in a CUDA graph. There ends that go backwards or past M cannot
-    /// be refused; they are clamped (each end the running maximum, at most M) instead. On
-    /// the CPU they are an error (composed of `matmul` per group).
+    /// sync, so it can run in a CUDA graph. Ends that go backwards or past M cannot be
+    /// refused there, so on every backend they are clamped: each end is the running
+    /// maximum of the ends so far, at most M (the CPU composes `matmul` per group).
     pub fn grouped_mm(&self, b: &Tensor, offs: &Tensor) -> Result<Tensor> {
         const OP: &str = "grouped_mm";
         self.check_same_device(b, OP)?;
@@ -221,30 +208,22 @@ impl Tensor {
                     format!("sizes past int32 on CUDA: a {:?}, b {:?}", self.shape(), b.shape()),
                 ));
             }
-            let buf = match (&*self.read(), &*b.read(), &*offs.read()) {
-                (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(o)) => {
-                    crate::cuda::ops::grouped_mm(x, &self.layout, w, &b.layout, o, &offs.layout, self.dtype)?
-                }
-                _ => unreachable!("devices checked above"),
-            };
-            return Ok(Tensor::from_storage(Storage::Cuda(buf), &[m, n], self.dtype, self.device));
+            let g = [self.read(), b.read(), offs.read()];
+            let [x, w, o] = [0, 1, 2].map(|i| buf::<Cuda>(&g[i], OP));
+            let y =
+                crate::cuda::ops::grouped_mm(x?, &self.layout, w?, &b.layout, o?, &offs.layout, self.dtype)?;
+            return Ok(Tensor::from_storage(Cuda::wrap(y), &[m, n], self.dtype, self.device));
         }
-        let ends = offs.to_vec::<i32>()?;
         let mut start = 0;
         let out = Tensor::zeros(&[m, n], self.dtype, self.device)?;
-        for (i, &end) in ends.iter().enumerate().take(g) {
-            if end < 0 || (end as usize) < start || end as usize > m {
-                return Err(Error::invalid(
-                    OP,
-                    format!("offs must be non-decreasing group ends within 0..={m}, got {ends:?}"),
-                ));
-            }
-            let rows = end as usize - start;
+        for (i, &end) in offs.to_vec::<i32>()?.iter().enumerate() {
+            let end = usize::try_from(end).unwrap_or(0).max(start).min(m);
+            let rows = end - start;
             if rows > 0 {
                 let y = self.narrow(0, start, rows)?.matmul(&b.narrow(0, i, 1)?.squeeze(0)?)?;
                 out.narrow(0, start, rows)?.copy_(&y)?;
             }
-            start = end as usize;
+            start = end;
         }
         Ok(out)
     }
@@ -263,62 +242,13 @@ impl Tensor {
         let (n, k) = (weight.shape()[0], weight.shape()[1]);
         let x = self.to_dtype(DType::F32)?.to_vec::<f32>()?;
         let b = bias.map(|b| b.to_dtype(DType::F32)?.to_vec::<f32>()).transpose()?;
-        let guard = weight.read();
-        let Storage::Cpu(wb) = &*guard else { unreachable!("devices checked by the caller") };
-        let off = weight.layout.offset;
-        let y = match dt {
-            DType::BF16 => cpu::gemv::linear(
-                &x,
-                rows,
-                k,
-                &wb.as_slice::<half::bf16>()[off..off + n * k],
-                n,
-                b.as_deref(),
-            ),
-            DType::F16 => {
-                cpu::gemv::linear(&x, rows, k, &wb.as_slice::<half::f16>()[off..off + n * k], n, b.as_deref())
-            }
-            _ => cpu::gemv::linear(&x, rows, k, &wb.as_slice::<f32>()[off..off + n * k], n, b.as_deref()),
-        };
+        let wg = weight.read();
+        let w = (buf::<Cpu>(&wg, "linear")?, weight.layout.offset);
+        let y = cpu::gemv::linear_of(&x, rows, k, w, n, dt, b.as_deref());
         let mut shape = self.shape()[..self.rank() - 1].to_vec();
         shape.push(n);
         Tensor::from_vec(y, &shape, Device::Cpu)?.to_dtype(dt).map(Some)
     }
-}
-
-/// CPU product: f32 math for f32 and narrower floats (rounded back once), f64 and
-/// complex64 natively. Integer matmul is not offered.
-fn cpu_matmul(x: &CpuBuffer, a: &Tensor, y: &CpuBuffer, b: &Tensor) -> Result<CpuBuffer> {
-    let dt = a.dtype;
-    Ok(match dt {
-        DType::F64 => CpuBuffer::from_vec(cpu::matmul::matmul(
-            x.as_slice::<f64>(),
-            &a.layout,
-            y.as_slice::<f64>(),
-            &b.layout,
-        )),
-        DType::C64 => CpuBuffer::from_vec(cpu::matmul::matmul(
-            x.as_slice::<gemm::c32>(),
-            &a.layout,
-            y.as_slice::<gemm::c32>(),
-            &b.layout,
-        )),
-        DType::F32 => CpuBuffer::from_vec(cpu::matmul::matmul(
-            x.as_slice::<f32>(),
-            &a.layout,
-            y.as_slice::<f32>(),
-            &b.layout,
-        )),
-        _ if dt.is_float() => {
-            let (a32, b32) = (a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?);
-            let (ga, gb) = (a32.read(), b32.read());
-            let (Storage::Cpu(xa), Storage::Cpu(xb)) = (&*ga, &*gb) else { unreachable!("CPU tensors") };
-            let v = cpu::matmul::matmul(xa.as_slice::<f32>(), &a32.layout, xb.as_slice::<f32>(), &b32.layout);
-            let shape = [v.len()];
-            cpu::cast(&CpuBuffer::from_vec(v), &crate::layout::Layout::contiguous(&shape), DType::F32, dt)
-        }
-        _ => return Err(Error::NotImplemented { op: "matmul", device: crate::Device::Cpu, dtype: dt }),
-    })
 }
 
 #[cfg(test)]
@@ -377,14 +307,19 @@ mod tests {
     }
 
     #[test]
-    fn grouped_mm_refuses_bad_offsets_shapes_and_dtypes() {
-        let a = Tensor::ones(&[4, 2], DType::F32, Device::Cpu).unwrap();
-        let b = Tensor::ones(&[2, 2, 3], DType::F32, Device::Cpu).unwrap();
+    fn grouped_mm_clamps_bad_offsets_and_refuses_bad_shapes_and_dtypes() {
+        let a = Tensor::arange(0.0, 8.0, 1.0, DType::F32, Device::Cpu).unwrap().reshape(&[4, 2]).unwrap();
+        let b = Tensor::arange(0.0, 12.0, 1.0, DType::F32, Device::Cpu).unwrap().reshape(&[2, 2, 3]).unwrap();
         let offs = |v: Vec<i32>| Tensor::from_vec(v, &[2], Device::Cpu).unwrap();
+        // Ends that go backwards, past M or below 0 are clamped as the CUDA kernel clamps
+        // them: each end the running maximum, at most M.
+        for (bad, clamped) in [(vec![3, 1], vec![3, 3]), (vec![1, 5], vec![1, 4]), (vec![-1, 2], vec![0, 2])]
+        {
+            let got = a.grouped_mm(&b, &offs(bad.clone())).unwrap().to_vec::<f32>().unwrap();
+            let want = a.grouped_mm(&b, &offs(clamped)).unwrap().to_vec::<f32>().unwrap();
+            assert_eq!(got, want, "offs {bad:?}");
+        }
         let msg = |r: crate::Result<Tensor>| r.expect_err("must be refused").to_string();
-        assert!(msg(a.grouped_mm(&b, &offs(vec![3, 1]))).contains("non-decreasing"));
-        assert!(msg(a.grouped_mm(&b, &offs(vec![1, 5]))).contains("non-decreasing"));
-        assert!(msg(a.grouped_mm(&b, &offs(vec![-1, 2]))).contains("non-decreasing"));
         assert!(msg(a.grouped_mm(&b, &offs(vec![1, 2]).to_dtype(DType::I64).unwrap())).contains("int32"));
         assert!(msg(a.grouped_mm(&b.reshape(&[2, 3, 2]).unwrap(), &offs(vec![1, 2]))).contains("[G, 2, N]"));
         assert!(msg(a.reshape(&[8]).unwrap().grouped_mm(&b, &offs(vec![1, 2]))).contains("[M, K]"));

@@ -1,5 +1,6 @@
-//! Op definitions: shape / dtype / device rules checked once here, then each backend
-//! computes (`cpu::*` or `cuda::ops::*`). A GPU op that has no kernel yet returns
+//! Op definitions: shape / dtype / device rules checked once here, then the backend that
+//! holds the operands computes, through the `Backend` trait of `backend.rs`. A kernel
+//! only one backend has is taken through a `Route`; a GPU op with no kernel yet returns
 //! `Error::NotImplemented`; nothing falls back to the CPU silently.
 
 mod attention;
@@ -35,6 +36,7 @@ pub(crate) use elementwise::kernel_op_codes;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use experts::ExpertGroups;
 pub use gated_delta::GatedDelta;
+pub(crate) use index::wrap_index;
 pub use index::Scatter;
 pub use interpolate::{InterpolateMode, Resize};
 pub use loss::Reduction;

@@ -1,10 +1,10 @@
 //! softmax, log_softmax and rms_norm: row ops over one dim (or the trailing dims); group_norm
 //! and batch_norm (training forward and backward), composed of kiln ops.
 
-use crate::cpu;
+use crate::backend::{buf, on_backend, Backend, Route};
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
 use crate::layout::normalize_dim;
-use crate::storage::Storage;
 use crate::Tensor;
 
 impl Tensor {
@@ -28,10 +28,7 @@ impl Tensor {
     fn softmax_impl_rows(&self, r: usize, log: bool) -> Result<Tensor> {
         let x = self.dense()?;
         let outer = x.numel().checked_div(r).unwrap_or(0);
-        let storage = match &*x.read() {
-            Storage::Cpu(b) => Storage::Cpu(cpu::nn::softmax(b, x.dtype, r, log)),
-            Storage::Cuda(b) => Storage::Cuda(crate::cuda::ops::softmax(b, x.dtype, outer, r, log)?),
-        };
+        let storage = on_backend!(&*x.read(), |B, b| B::wrap(B::softmax(b, x.dtype, outer, r, log)?));
         Ok(Tensor::from_storage(storage, &[x.numel()], x.dtype, x.device))
     }
 
@@ -56,20 +53,10 @@ impl Tensor {
         let (w, r, eps) = self.rms_norm_args("rms_norm", normalized_shape, weight, eps)?;
         let x = self.dense()?;
         let wg = w.as_ref().map(|w| w.read());
-        let storage = match (&*x.read(), wg.as_deref()) {
-            (Storage::Cpu(b), None) => Storage::Cpu(cpu::nn::rms_norm(b, None, x.dtype, r, eps)),
-            (Storage::Cpu(b), Some(Storage::Cpu(wb))) => {
-                Storage::Cpu(cpu::nn::rms_norm(b, Some(wb), x.dtype, r, eps))
-            }
-            (Storage::Cuda(b), wb) => {
-                let wb = wb.map(|w| match w {
-                    Storage::Cuda(w) => w,
-                    Storage::Cpu(_) => unreachable!("devices checked above"),
-                });
-                Storage::Cuda(crate::cuda::ops::rms_norm(b, wb, x.dtype, x.numel() / r.max(1), r, eps)?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let storage = on_backend!(&*x.read(), |B, b| {
+            let w = wg.as_deref().map(|g| buf::<B>(g, "rms_norm")).transpose()?;
+            B::wrap(B::rms_norm(b, w, x.dtype, x.numel() / r.max(1), r, eps)?)
+        });
         Ok(Tensor::from_storage(storage, self.shape(), self.dtype, self.device))
     }
 
@@ -97,23 +84,18 @@ impl Tensor {
             return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: residual.dtype });
         }
         let (w, r, eps) = self.rms_norm_args(OP, normalized_shape, weight, eps)?;
-        if !self.device.is_cuda() {
+        let why = (!self.device.is_cuda()).then_some("a CUDA kernel only");
+        if let Route::Composed(_) = Route::of(format_args!("{OP} {:?} {}", self.shape(), self.dtype), why) {
             let sum = self.add(residual)?;
             return Ok((sum.rms_norm(normalized_shape, w.as_ref(), Some(eps))?, sum));
         }
         let (x, res) = (self.dense()?, residual.dense()?);
-        let wg = w.as_ref().map(|w| w.read());
-        let (xg, rg) = (x.read(), res.read());
-        let (Storage::Cuda(xb), Storage::Cuda(rb)) = (&*xg, &*rg) else {
-            unreachable!("devices checked above")
-        };
-        let wb = wg.as_deref().map(|w| match w {
-            Storage::Cuda(w) => w,
-            Storage::Cpu(_) => unreachable!("devices checked above"),
-        });
+        let (xg, rg, wg) = (x.read(), res.read(), w.as_ref().map(|w| w.read()));
+        let (xb, rb) = (buf::<Cuda>(&xg, OP)?, buf::<Cuda>(&rg, OP)?);
+        let wb = wg.as_deref().map(|g| buf::<Cuda>(g, OP)).transpose()?;
         let (y, sum) =
             crate::cuda::ops::add_rms_norm(xb, rb, wb, self.dtype, self.numel() / r.max(1), r, eps)?;
-        let t = |b| Tensor::from_storage(Storage::Cuda(b), self.shape(), self.dtype, self.device);
+        let t = |b| Tensor::from_storage(Cuda::wrap(b), self.shape(), self.dtype, self.device);
         Ok((t(y), t(sum)))
     }
 

@@ -7,8 +7,9 @@
 //! float8_e4m3fn. Row-wise on the GPU is one fused kernel (`quantize_rows`, bit for bit the
 //! composed path); tensor-wise is composed from elementwise ops (it runs once per weight).
 
+use crate::backend::{buf, Backend};
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use crate::{DType, Device, Tensor};
 
 /// Largest finite float8_e4m3fn value.
@@ -47,14 +48,16 @@ pub fn quantize(x: &Tensor, granularity: Granularity) -> Result<(Tensor, Tensor)
             let (rows, k) = (x.shape()[0], x.shape()[1]);
             if let (Device::Cuda(_), true) = (x.device(), k > 0) {
                 let xd = x.dense()?;
-                let (q, s) = match &*xd.read() {
-                    Storage::Cuda(b) => crate::cuda::ops::quantize_rows(b, xd.dtype(), rows, k)?,
-                    Storage::Cpu(_) => unreachable!("device checked above"),
-                };
+                let (q, s) = crate::cuda::ops::quantize_rows(
+                    buf::<Cuda>(&xd.read(), "fp8::quantize")?,
+                    xd.dtype(),
+                    rows,
+                    k,
+                )?;
                 let dev = x.device();
                 return Ok((
-                    Tensor::from_storage(Storage::Cuda(q), &[rows, k], DType::F8E4M3, dev),
-                    Tensor::from_storage(Storage::Cuda(s), &[rows, 1], DType::F32, dev),
+                    Tensor::from_storage(Cuda::wrap(q), &[rows, k], DType::F8E4M3, dev),
+                    Tensor::from_storage(Cuda::wrap(s), &[rows, 1], DType::F32, dev),
                 ));
             }
             quantize_with(&x.to_dtype(DType::F32)?, &[-1])

@@ -2,10 +2,9 @@
 //! last and copied contiguous; backends then reduce `outer` rows of `r` elements.
 
 use super::ReduceOp;
-use crate::cpu;
+use crate::backend::{on_backend, Backend};
 use crate::error::{Error, Result};
 use crate::layout::normalize_dim;
-use crate::storage::Storage;
 use crate::{DType, Tensor};
 
 /// The input as contiguous rows, plus the output shape.
@@ -72,10 +71,7 @@ impl Tensor {
             _ => self.dtype,
         };
         let Rows { x, outer, r, out_shape } = rows;
-        let storage = match &*x.read() {
-            Storage::Cpu(b) => Storage::Cpu(cpu::reduce::reduce(op, b, x.dtype, outer, r, out)),
-            Storage::Cuda(b) => Storage::Cuda(crate::cuda::ops::reduce(op, b, x.dtype, outer, r, out)?),
-        };
+        let storage = on_backend!(&*x.read(), |B, b| B::wrap(B::reduce(op, b, x.dtype, outer, r, out)?));
         Ok(Tensor::from_storage(storage, &out_shape, out, self.device))
     }
 
@@ -89,16 +85,10 @@ impl Tensor {
             });
         }
         let Rows { x, outer, r, out_shape } = self.rows_over(dims, keepdim)?;
-        let (v, m) = match &*x.read() {
-            Storage::Cpu(b) => {
-                let (v, m) = cpu::reduce::var_mean(b, x.dtype, outer, r, correction);
-                (Storage::Cpu(v), Storage::Cpu(m))
-            }
-            Storage::Cuda(b) => {
-                let (v, m) = crate::cuda::ops::var_mean(b, x.dtype, outer, r, correction)?;
-                (Storage::Cuda(v), Storage::Cuda(m))
-            }
-        };
+        let (v, m) = on_backend!(&*x.read(), |B, b| {
+            let (v, m) = B::var_mean(b, x.dtype, outer, r, correction)?;
+            (B::wrap(v), B::wrap(m))
+        });
         Ok((
             Tensor::from_storage(v, &out_shape, self.dtype, self.device),
             Tensor::from_storage(m, &out_shape, self.dtype, self.device),

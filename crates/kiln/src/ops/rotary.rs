@@ -2,10 +2,8 @@
 //! `apply_rotary_pos_emb` for one tensor, as one kernel on CUDA; `Tensor::rms_norm_rotary`
 //! puts each head's RMS norm in front (Qwen3's q / k norms), one kernel for q and k.
 
-use crate::cpu;
-use crate::cuda::ops::{RotaryNorm as CudaNorm, RotaryStart as CudaStart};
+use crate::backend::{buf, on_backend, Backend, RotaryNorm as BackendNorm, RotaryStart as BackendStart};
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use crate::{DType, Tensor};
 
 /// Where the first token of [`Tensor::rotary_embedding`] sits: token `t` of the input is at
@@ -155,55 +153,26 @@ impl Tensor {
         }
         let (cos, sin) = (cos.dense()?, sin.dense()?);
         let (cg, sg) = (cos.read(), sin.read());
-        let storage = match (&*cg, &*sg) {
-            (Storage::Cpu(cb), Storage::Cpu(sb)) => {
-                let p = host_start.expect("a CPU start is read on the host");
-                let x = self.dense()?;
-                let Storage::Cpu(xb) = &*x.read() else { unreachable!("devices checked above") };
-                Storage::Cpu(cpu::rotary::rotary(xb, cb, sb, r, t, d, p, self.dtype))
-            }
-            (Storage::Cuda(cb), Storage::Cuda(sb)) => {
-                let max_d = crate::cuda::ops::rotary_max_head_dim(self.dtype);
-                if d > max_d {
-                    return Err(Error::bad_shape(op, format!("rows of {d} past the CUDA kernel's {max_d}")));
-                }
-                let start_guard = match start {
-                    RotaryStart::Device(s) if host_start.is_none() => Some((s.read(), s.layout.offset)),
-                    _ => None,
-                };
-                let at = match (&start_guard, host_start) {
-                    (Some((g, offset)), _) => {
-                        let Storage::Cuda(b) = &**g else { unreachable!("devices checked above") };
-                        CudaStart::Device(b, *offset)
-                    }
-                    (None, p) => CudaStart::At(p.expect("no start tensor: a host start")),
-                };
-                let xg = self.read();
-                let Storage::Cuda(xb) = &*xg else { unreachable!("devices checked above") };
-                let norm_guards = norm.map(|n| (n.weights.map(|w| w.read()), n));
-                let norm = match &norm_guards {
-                    Some(([g0, g1], n)) => {
-                        let (Storage::Cuda(w0), Storage::Cuda(w1)) = (&**g0, &**g1) else {
-                            unreachable!("devices checked above")
-                        };
-                        Some(CudaNorm { weights: [w0, w1], split: n.split, eps: n.eps })
-                    }
-                    None => None,
-                };
-                Storage::Cuda(crate::cuda::ops::rotary(
-                    xb,
-                    &self.layout,
-                    norm,
-                    cb,
-                    sb,
-                    positions,
-                    r,
-                    at,
-                    self.dtype,
-                )?)
-            }
-            _ => unreachable!("devices checked above"),
+        let start_guard = match start {
+            RotaryStart::Device(s) if host_start.is_none() => Some((s.read(), s.layout.offset)),
+            _ => None,
         };
+        let norm_guards = norm.map(|n| (n.weights.map(|w| w.read()), n));
+        let storage = on_backend!(&*self.read(), |B, x| {
+            let at = match (&start_guard, host_start) {
+                (Some((g, offset)), _) => BackendStart::Device(buf::<B>(g, op)?, *offset),
+                (None, p) => BackendStart::At(p.expect("no start tensor: a host start")),
+            };
+            let norm = match &norm_guards {
+                Some(([g0, g1], n)) => {
+                    let weights = [buf::<B>(g0, op)?, buf::<B>(g1, op)?];
+                    Some(BackendNorm { weights, split: n.split, eps: n.eps })
+                }
+                None => None,
+            };
+            let tables = [buf::<B>(&cg, op)?, buf::<B>(&sg, op)?];
+            B::wrap(B::rotary(op, x, &self.layout, norm, tables, positions, r, at, self.dtype)?)
+        });
         Ok(Tensor::from_storage(storage, self.shape(), self.dtype, self.device))
     }
 }

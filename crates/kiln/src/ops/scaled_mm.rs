@@ -18,10 +18,10 @@
 
 use super::quantize::{quantize, Granularity};
 use super::Recipe;
+use crate::backend::{buf, on_backend, Backend, Route, ScaledMm};
+use crate::cuda::Cuda;
 use crate::error::{Error, Result};
-use crate::layout::Layout;
-use crate::storage::Storage;
-use crate::{cpu, DType, Device, Tensor};
+use crate::{DType, Device, Tensor};
 
 fn is_fp8(dt: DType) -> bool {
     matches!(dt, DType::F8E4M3 | DType::F8E5M2)
@@ -125,39 +125,19 @@ impl Tensor {
         let bias = bias.map(|t| t.dense()).transpose()?;
         let (ga, gb, gsa, gsb) = (a.read(), b.read(), sa.read(), sb.read());
         let gbias = bias.as_ref().map(|t| t.read());
-        let storage = match (&*ga, &*gb, &*gsa, &*gsb) {
-            (Storage::Cpu(x), Storage::Cpu(y), Storage::Cpu(s1), Storage::Cpu(s2)) => {
-                let bias = gbias.as_deref().map(|g| match g {
-                    Storage::Cpu(bb) => cpu_f32(bb, out_dtype),
-                    Storage::Cuda(_) => unreachable!("devices checked above"),
-                });
-                Storage::Cpu(cpu::scaled_mm::scaled_mm(
-                    (x, &a.layout, a.dtype()),
-                    (y, &b.layout, b.dtype()),
-                    s1.as_slice::<f32>(),
-                    s2.as_slice::<f32>(),
-                    bias.as_deref(),
-                    out_dtype,
-                ))
-            }
-            (Storage::Cuda(x), Storage::Cuda(y), Storage::Cuda(s1), Storage::Cuda(s2)) => {
-                let bias = gbias.as_deref().map(|g| match g {
-                    Storage::Cuda(bb) => bb,
-                    Storage::Cpu(_) => unreachable!("devices checked above"),
-                });
-                Storage::Cuda(crate::cuda::ops::scaled_mm(crate::cuda::ops::ScaledMm {
-                    a: (x, &a.layout, a.dtype()),
-                    b: (y, &b.layout, b.dtype()),
-                    b_frozen: b.is_frozen(),
-                    scale_a: s1,
-                    scale_b: s2,
-                    recipe,
-                    bias,
-                    out: out_dtype,
-                })?)
-            }
-            _ => unreachable!("devices checked above"),
-        };
+        let storage = on_backend!(&*ga, |B, x| {
+            let p = ScaledMm::<B> {
+                a: (x, &a.layout, a.dtype()),
+                b: (buf::<B>(&gb, OP)?, &b.layout, b.dtype()),
+                b_frozen: b.is_frozen(),
+                scale_a: buf::<B>(&gsa, OP)?,
+                scale_b: buf::<B>(&gsb, OP)?,
+                recipe,
+                bias: gbias.as_deref().map(|g| buf::<B>(g, OP)).transpose()?,
+                out: out_dtype,
+            };
+            B::wrap(B::scaled_mm(p)?)
+        });
         Ok(Tensor::from_storage(storage, &[m, n], out_dtype, a.device()))
     }
 
@@ -228,8 +208,10 @@ impl Tensor {
             return Ok(None);
         }
         let (m, k, n, dt) = (self.shape()[0], self.shape()[1], weight.shape()[0], self.dtype());
-        if let Some(why) = crate::cuda::ops::fp8_linear_declines(m, n, k, dt) {
-            tracing::debug!("linear_fp8 {m}x[{n}, {k}] {dt}: FP8 path ({why})");
+        let why = crate::cuda::ops::fp8_linear_declines(m, n, k, dt);
+        if let Route::Composed(_) =
+            Route::of(format_args!("linear_fp8 {m}x[{n}, {k}] {dt} (W8A16 kernel)"), why)
+        {
             return Ok(None);
         }
         // A bias of x's dtype must be [N] on x's device (the FP8 path's `scaled_mm` reports
@@ -242,26 +224,24 @@ impl Tensor {
         let rowwise = scale.numel() != 1;
         let scale = scale.dense()?;
         let buf = {
+            const OP: &str = "linear_fp8";
             let (gx, gw, gs) = (self.read(), weight.read(), scale.read());
             let gb = fused.map(|b| b.read());
-            let (Storage::Cuda(xb), Storage::Cuda(wb), Storage::Cuda(sb)) = (&*gx, &*gw, &*gs) else {
-                unreachable!("devices checked above")
-            };
-            let bias_arg = match (gb.as_deref(), fused) {
-                (Some(Storage::Cuda(b)), Some(bt)) => Some((b, &bt.layout)),
+            let bias = match (&gb, fused) {
+                (Some(g), Some(b)) => Some((buf::<Cuda>(g, OP)?, &b.layout)),
                 _ => None,
             };
             crate::cuda::ops::fp8_linear(crate::cuda::ops::Fp8Linear {
-                x: (xb, &self.layout),
-                w: (wb, &weight.layout),
-                scale: sb,
+                x: (buf::<Cuda>(&gx, OP)?, &self.layout),
+                w: (buf::<Cuda>(&gw, OP)?, &weight.layout),
+                scale: buf::<Cuda>(&gs, OP)?,
                 rowwise,
-                bias: bias_arg,
+                bias,
                 dt,
             })?
         };
         let Some(buf) = buf else { return Ok(None) };
-        let mut y = Tensor::from_storage(Storage::Cuda(buf), &[m, n], dt, dev);
+        let mut y = Tensor::from_storage(Cuda::wrap(buf), &[m, n], dt, dev);
         if let (Some(b), None) = (bias, fused) {
             y = y.add(b)?;
         }
@@ -278,12 +258,6 @@ pub fn column_scale(scale: &Tensor, n: usize) -> Result<Tensor> {
     } else {
         scale.reshape(&[1, n])?.contiguous()
     }
-}
-
-/// A CPU buffer of `dt` as f32 values.
-fn cpu_f32(b: &cpu::CpuBuffer, dt: DType) -> Vec<f32> {
-    let t = cpu::cast(b, &Layout::contiguous(&[b.len_bytes() / dt.size()]), dt, DType::F32);
-    t.as_slice::<f32>().to_vec()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! first; NaN counts as the largest value (first for `largest`, last otherwise) and -0 ties
 //! with +0, as in PyTorch.
 
-use crate::cpu;
+use crate::backend::{buf, on_backend, Backend};
 use crate::error::{Error, Result};
 use crate::layout::normalize_dim;
 use crate::storage::Storage;
@@ -39,16 +39,10 @@ impl Tensor {
         let moved = if self.rank() == 0 { self.reshape(&[1])? } else { self.transpose(d as isize, last)? };
         let x = moved.dense()?;
         let outer = x.numel().checked_div(size).unwrap_or(0);
-        let (v, i) = match &*x.read() {
-            Storage::Cpu(b) => {
-                let (v, i) = cpu::topk::topk(b, x.dtype, outer, size, k, largest);
-                (Storage::Cpu(v), Storage::Cpu(i))
-            }
-            Storage::Cuda(b) => {
-                let (v, i) = crate::cuda::ops::topk(b, x.dtype, outer, size, k, largest)?;
-                (Storage::Cuda(v), Storage::Cuda(i))
-            }
-        };
+        let (v, i) = on_backend!(&*x.read(), |B, b| {
+            let (v, i) = B::topk(b, x.dtype, outer, size, k, largest)?;
+            (B::wrap(v), B::wrap(i))
+        });
         let mut shape = moved.shape().to_vec();
         if let Some(l) = shape.last_mut() {
             *l = k;
@@ -113,25 +107,11 @@ impl Tensor {
         let x = self.dense()?;
         let outer = x.numel().checked_div(r).unwrap_or(0);
         let bg = bias.as_ref().map(|b| b.read());
-        let (w, i) = match (&*x.read(), bg.as_deref()) {
-            (Storage::Cpu(b), bias) => {
-                let bias = match bias {
-                    Some(Storage::Cpu(bb)) => Some(bb.as_slice::<f32>()),
-                    _ => None,
-                };
-                let (w, i) = cpu::topk::router_topk(b, x.dtype, bias, outer, r, k, sigmoid, renormalize);
-                (Storage::Cpu(w), Storage::Cpu(i))
-            }
-            (Storage::Cuda(b), bias) => {
-                let bias = match bias {
-                    Some(Storage::Cuda(bb)) => Some(bb),
-                    _ => None,
-                };
-                let (w, i) =
-                    crate::cuda::ops::router_topk(b, x.dtype, bias, outer, r, k, sigmoid, renormalize)?;
-                (Storage::Cuda(w), Storage::Cuda(i))
-            }
-        };
+        let (w, i) = on_backend!(&*x.read(), |B, b| {
+            let bias = bg.as_deref().map(|g| buf::<B>(g, "router_topk")).transpose()?;
+            let (w, i) = B::router_topk(b, x.dtype, bias, outer, r, k, sigmoid, renormalize)?;
+            (B::wrap(w), B::wrap(i))
+        });
         let mut shape = self.shape().to_vec();
         *shape.last_mut().expect("rank checked above") = k;
         Ok((

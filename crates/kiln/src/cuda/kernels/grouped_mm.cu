@@ -2,8 +2,9 @@
 // r of group g, [offs[g − 1], offs[g]) (int32 cumulative ends, offs[−1] = 0). The ends are
 // read here, on the device, so a mixture-of-experts layer sizes its groups without a host
 // sync. Rows past the last end come out zero, as on the CPU backend. Ends that go
-// backwards or past M, which the CPU backend refuses, are clamped (each end is the running
-// maximum of the ends so far, at most M), so no row is written twice.
+// backwards or past M cannot be refused without a sync; they are clamped (each end is the
+// running maximum of the ends so far, at most M) as the CPU backend clamps them, so no row
+// is written twice.
 //
 // A block computes a 64×64 tile of one group's rows, four warps of 32×32, K in steps of 32
 // through shared memory: bf16 / f16 on mma.sync m16n8k16 with f32 accumulation, f32 on

@@ -80,9 +80,9 @@ pub use loss::mse_loss;
 pub use matmul::matmul;
 pub use reduce::{add_rms_norm, BlockSync, SoftmaxPath};
 pub(crate) use reduce::{reduce, rms_norm, softmax, var_mean};
-pub(crate) use rotary::{max_head_dim as rotary_max_head_dim, rotary, RotaryNorm, RotaryStart};
+pub(crate) use rotary::{max_head_dim as rotary_max_head_dim, rotary};
+pub(crate) use scaled_mm::scaled_mm;
 pub use scaled_mm::{cublaslt_tunings, quantize_rows, LtTuning, GEMV_MAX_M};
-pub(crate) use scaled_mm::{scaled_mm, ScaledMm};
 pub use topk::{router_topk, topk};
 
 pub(crate) use super::Strided;

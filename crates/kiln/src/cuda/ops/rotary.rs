@@ -7,21 +7,8 @@ use crate::error::Result;
 use crate::layout::Layout;
 use crate::DType;
 
-/// Where the first token of a rotary launch sits.
-pub(crate) enum RotaryStart<'a> {
-    /// A position known on the host.
-    At(usize),
-    /// The int64 at this buffer's element `offset`, read on the device.
-    Device(&'a DeviceBuffer, usize),
-}
-
-/// The per-head RMS norms before the turn: rows of heads (dim -3) below `split` take the
-/// contiguous `[D]` weight `weights[0]`, the rest `weights[1]`.
-pub(crate) struct RotaryNorm<'a> {
-    pub weights: [&'a DeviceBuffer; 2],
-    pub split: usize,
-    pub eps: f64,
-}
+type RotaryStart<'a> = crate::backend::RotaryStart<'a, crate::cuda::Cuda>;
+type RotaryNorm<'a> = crate::backend::RotaryNorm<'a, crate::cuda::Cuda>;
 
 /// Rows per block (a warp each): `RT_WARPS` of the kernel.
 const WARPS: usize = 8;

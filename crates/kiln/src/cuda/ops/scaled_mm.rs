@@ -29,20 +29,8 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
 
-/// One `scaled_mm` call as `ops` validated it: `a` `[M, K]` row-major, `b` `[K, N]`
-/// column-major (both float8), dense f32 scales, dense bias of `out` or none.
-pub(crate) struct ScaledMm<'a> {
-    pub a: (&'a DeviceBuffer, &'a Layout, DType),
-    pub b: (&'a DeviceBuffer, &'a Layout, DType),
-    /// `b`'s storage is frozen (`Tensor::freeze`): the decode kernel may start reading it
-    /// before the kernel ahead of it on the stream has finished.
-    pub b_frozen: bool,
-    pub scale_a: &'a DeviceBuffer,
-    pub scale_b: &'a DeviceBuffer,
-    pub recipe: Recipe,
-    pub bias: Option<&'a DeviceBuffer>,
-    pub out: DType,
-}
+/// The operands, checked by `ops/scaled_mm.rs`.
+pub(crate) type ScaledMm<'a> = crate::backend::ScaledMm<'a, crate::cuda::Cuda>;
 
 /// Largest M the decode kernel serves.
 pub const GEMV_MAX_M: usize = 16;
