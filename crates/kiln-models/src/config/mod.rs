@@ -1,8 +1,19 @@
 //! `config.json` and `generation_config.json` of a Hugging Face model folder, checked
 //! into the few numbers the decoder families need. Both transformers' older layout
 //! (`rope_theta` + `rope_scaling`) and its 5.x layout (`rope_parameters`) are read.
+//! `raw.rs` holds the schema and the fields every family shares; one module per family
+//! (`llama.rs`, `qwen3.rs`, `qwen3_moe.rs`, `lfm2_moe.rs`, `qwen3_5_moe.rs`) reads what it
+//! adds to the shared decoder's description.
+
+mod lfm2_moe;
+mod llama;
+mod qwen3;
+mod qwen3_5_moe;
+mod qwen3_moe;
+mod raw;
 
 use kiln::{Error, Result};
+use raw::RawConfig;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
@@ -41,27 +52,9 @@ impl Arch {
 
     /// Where this family keeps its weights in a checkpoint.
     pub fn names(self) -> &'static WeightNames {
-        const LLAMA: WeightNames = WeightNames {
-            input_norm: "input_layernorm",
-            post_norm: "post_attention_layernorm",
-            ffn: "mlp",
-            mlp: ["gate_proj", "up_proj", "down_proj"],
-            attn_out: "o_proj",
-            qk_norm: ["q_norm", "k_norm"],
-            final_norm: "norm",
-        };
-        const LFM2: WeightNames = WeightNames {
-            input_norm: "operator_norm",
-            post_norm: "ffn_norm",
-            ffn: "feed_forward",
-            mlp: ["w1", "w3", "w2"],
-            attn_out: "out_proj",
-            qk_norm: ["q_layernorm", "k_layernorm"],
-            final_norm: "embedding_norm",
-        };
         match self {
-            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen35Moe => &LLAMA,
-            Arch::Lfm2Moe => &LFM2,
+            Arch::Llama | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen35Moe => &llama::NAMES,
+            Arch::Lfm2Moe => &lfm2_moe::NAMES,
         }
     }
 }
@@ -256,114 +249,8 @@ pub struct Config {
     pub bf16_checkpoint: bool,
 }
 
-#[derive(Deserialize, Default)]
-struct RawRope {
-    rope_theta: Option<f64>,
-    partial_rotary_factor: Option<f64>,
-    rope_type: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    factor: Option<f64>,
-    low_freq_factor: Option<f64>,
-    high_freq_factor: Option<f64>,
-    original_max_position_embeddings: Option<usize>,
-}
-
-#[derive(Deserialize)]
-struct RawConfig {
-    model_type: Option<String>,
-    #[serde(default)]
-    architectures: Vec<String>,
-    hidden_size: Option<usize>,
-    intermediate_size: Option<usize>,
-    num_hidden_layers: Option<usize>,
-    num_attention_heads: Option<usize>,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    vocab_size: Option<usize>,
-    rms_norm_eps: Option<f64>,
-    rope_theta: Option<f64>,
-    rope_scaling: Option<RawRope>,
-    rope_parameters: Option<RawRope>,
-    max_position_embeddings: Option<usize>,
-    tie_word_embeddings: Option<bool>,
-    /// LFM2's older name of `tie_word_embeddings` (it wins, as in transformers).
-    tie_embedding: Option<bool>,
-    #[serde(default)]
-    attention_bias: bool,
-    #[serde(default)]
-    mlp_bias: bool,
-    hidden_act: Option<String>,
-    #[serde(default)]
-    use_sliding_window: bool,
-    num_experts: Option<usize>,
-    num_local_experts: Option<usize>,
-    num_experts_per_tok: Option<usize>,
-    moe_intermediate_size: Option<usize>,
-    norm_topk_prob: Option<bool>,
-    decoder_sparse_step: Option<usize>,
-    #[serde(default)]
-    mlp_only_layers: Vec<usize>,
-    // LFM2-MoE.
-    norm_eps: Option<f64>,
-    num_dense_layers: Option<usize>,
-    use_expert_bias: Option<bool>,
-    routed_scaling_factor: Option<f64>,
-    layer_types: Option<Vec<String>>,
-    #[serde(rename = "conv_L_cache")]
-    conv_l_cache: Option<usize>,
-    conv_bias: Option<bool>,
-    // Qwen3.5-MoE.
-    partial_rotary_factor: Option<f64>,
-    shared_expert_intermediate_size: Option<usize>,
-    linear_num_key_heads: Option<usize>,
-    linear_num_value_heads: Option<usize>,
-    linear_key_head_dim: Option<usize>,
-    linear_value_head_dim: Option<usize>,
-    linear_conv_kernel_dim: Option<usize>,
-    dtype: Option<String>,
-    torch_dtype: Option<String>,
-    #[serde(default)]
-    eos_token_id: Value,
-}
-
-/// Multimodal checkpoints whose text model kiln runs: the wrapper's `model_type`, the text
-/// model's, and where the text model's weights live (the vision tower's are not read).
-const MULTIMODAL: [(&str, &str, &str); 1] = [("qwen3_5_moe", "qwen3_5_moe_text", "model.language_model")];
-
-/// The text model's config and weight prefix: a multimodal wrapper's `text_config`, which
-/// inherits the keys the wrapper states once for the whole model; else `config` itself.
-fn text_model(config: Value) -> std::result::Result<(Value, &'static str), String> {
-    let wrapper =
-        config.get("model_type").and_then(Value::as_str).and_then(|t| MULTIMODAL.iter().find(|m| m.0 == t));
-    let Some(&(outer, inner, prefix)) = wrapper else {
-        return Ok((config, "model"));
-    };
-    let mut text = config
-        .get("text_config")
-        .filter(|t| t.is_object())
-        .cloned()
-        .ok_or_else(|| format!("model_type {outer:?} without a \"text_config\" object"))?;
-    for key in ["tie_word_embeddings", "eos_token_id", "dtype", "torch_dtype", "architectures"] {
-        if let (None, Some(v)) = (text.get(key), config.get(key)) {
-            text[key] = v.clone();
-        }
-    }
-    text["model_type"] = inner.into();
-    Ok((text, prefix))
-}
-
 fn read_json(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })
-}
-
-/// `eos_token_id` as written by transformers: null, one id, or a list of ids.
-fn token_ids(v: &Value) -> Vec<u32> {
-    match v {
-        Value::Number(n) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
-        Value::Array(a) => a.iter().filter_map(|x| x.as_u64()).map(|n| n as u32).collect(),
-        _ => vec![],
-    }
 }
 
 impl Config {
@@ -376,9 +263,11 @@ impl Config {
     }
 
     /// Parses and checks config.json's text; the error says what is missing or inconsistent.
+    /// The shared decoder fields are read once ([`raw`]); each family's module reads what
+    /// it adds.
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
         let (text_config, weight_prefix) =
-            text_model(serde_json::from_str(text).map_err(|e| e.to_string())?)?;
+            raw::text_model(serde_json::from_str(text).map_err(|e| e.to_string())?)?;
         let raw: RawConfig = serde_json::from_value(text_config).map_err(|e| e.to_string())?;
         let model_type = raw.model_type.clone().ok_or("missing \"model_type\"")?;
         let arch = Arch::from_model_type(&model_type).ok_or_else(|| {
@@ -388,144 +277,15 @@ impl Config {
                 Arch::SUPPORTED
             )
         })?;
-        fn req<T>(v: Option<T>, name: &str) -> std::result::Result<T, String> {
-            v.ok_or_else(|| format!("missing \"{name}\""))
+        let mut c = raw.decoder(arch, weight_prefix)?;
+        match arch {
+            Arch::Llama => llama::describe(&raw, &mut c)?,
+            Arch::Qwen3 => qwen3::describe(&raw, &mut c)?,
+            Arch::Qwen3Moe => qwen3_moe::describe(&raw, &mut c)?,
+            Arch::Lfm2Moe => lfm2_moe::describe(&raw, &mut c)?,
+            Arch::Qwen35Moe => qwen3_5_moe::describe(&raw, &mut c)?,
         }
-        let hidden_size = req(raw.hidden_size, "hidden_size")?;
-        let num_heads = req(raw.num_attention_heads, "num_attention_heads")?;
-        let num_kv_heads = raw.num_key_value_heads.unwrap_or(num_heads);
-        let head_dim = raw.head_dim.unwrap_or(hidden_size.checked_div(num_heads).unwrap_or(0));
-        let rope = raw.rope_parameters.or(raw.rope_scaling).unwrap_or_default();
-        let rope_theta = req(rope.rope_theta.or(raw.rope_theta), "rope_theta")?;
-        let partial_rotary = rope.partial_rotary_factor.or(raw.partial_rotary_factor).unwrap_or(1.0);
-        let rope_type = rope.rope_type.or(rope.kind).unwrap_or_else(|| "default".into());
-        let rope_scaling = match rope_type.as_str() {
-            "default" => RopeScaling::None,
-            "llama3" => RopeScaling::Llama3 {
-                factor: req(rope.factor, "rope factor")?,
-                low_freq_factor: req(rope.low_freq_factor, "rope low_freq_factor")?,
-                high_freq_factor: req(rope.high_freq_factor, "rope high_freq_factor")?,
-                original_max_position: req(
-                    rope.original_max_position_embeddings,
-                    "rope original_max_position_embeddings",
-                )?,
-            },
-            other => return Err(format!("rope type {other:?} is not supported (default, llama3)")),
-        };
-        let num_layers = req(raw.num_hidden_layers, "num_hidden_layers")?;
-        let (lfm2, qwen35) = (arch == Arch::Lfm2Moe, arch == Arch::Qwen35Moe);
-        let moe = match arch {
-            Arch::Qwen3Moe | Arch::Lfm2Moe | Arch::Qwen35Moe => Some(MoeConfig {
-                num_experts: req(raw.num_experts.or(raw.num_local_experts), "num_experts")?,
-                top_k: req(raw.num_experts_per_tok, "num_experts_per_tok")?,
-                intermediate_size: req(raw.moe_intermediate_size, "moe_intermediate_size")?,
-                // transformers' defaults: False for Qwen3-MoE, True for LFM2-MoE; Qwen3.5-MoE
-                // always renormalises.
-                norm_topk_prob: qwen35 || raw.norm_topk_prob.unwrap_or(lfm2),
-                decoder_sparse_step: if lfm2 { 1 } else { raw.decoder_sparse_step.unwrap_or(1) },
-                mlp_only_layers: if lfm2 {
-                    // Bounded by `layer_types` (one per layer, checked below) so a huge count
-                    // cannot allocate before the checkpoint is read.
-                    let layers = raw.layer_types.as_ref().map_or(0, Vec::len).min(num_layers);
-                    (0..raw.num_dense_layers.unwrap_or(2).min(layers)).collect()
-                } else {
-                    raw.mlp_only_layers
-                },
-                router: if lfm2 {
-                    RouterConfig {
-                        expert_bias: raw.use_expert_bias.unwrap_or(true),
-                        scale: raw.routed_scaling_factor.unwrap_or(1.0),
-                        ..RouterConfig::LFM2
-                    }
-                } else {
-                    RouterConfig::SOFTMAX
-                },
-                shared_expert_intermediate_size: raw.shared_expert_intermediate_size.filter(|_| qwen35),
-            }),
-            _ => None,
-        };
-        // Which layers do not run attention, by `layer_types` (LFM2: "conv", Qwen3.5:
-        // "linear_attention"); other families ignore it.
-        let mixers = |other: &str| -> std::result::Result<Vec<usize>, String> {
-            let types = req(raw.layer_types.clone(), "layer_types")?;
-            if types.len() != num_layers {
-                return Err(format!("{} layer_types for {num_layers} layers", types.len()));
-            }
-            let mut layers = vec![];
-            for (i, t) in types.iter().enumerate() {
-                match t.as_str() {
-                    "full_attention" => {}
-                    t if t == other => layers.push(i),
-                    t => return Err(format!("layer type {t:?} is not supported ({other}, full_attention)")),
-                }
-            }
-            Ok(layers)
-        };
-        let short_conv = if lfm2 {
-            Some(ShortConvConfig {
-                kernel: raw.conv_l_cache.unwrap_or(3),
-                bias: raw.conv_bias.unwrap_or(false),
-                layers: mixers("conv")?,
-            })
-        } else {
-            None
-        };
-        let gated_delta = if qwen35 {
-            Some(GatedDeltaConfig {
-                key_heads: req(raw.linear_num_key_heads, "linear_num_key_heads")?,
-                value_heads: req(raw.linear_num_value_heads, "linear_num_value_heads")?,
-                key_dim: req(raw.linear_key_head_dim, "linear_key_head_dim")?,
-                value_dim: req(raw.linear_value_head_dim, "linear_value_head_dim")?,
-                conv_kernel: req(raw.linear_conv_kernel_dim, "linear_conv_kernel_dim")?,
-                layers: mixers("linear_attention")?,
-            })
-        } else {
-            None
-        };
-        if !(partial_rotary > 0.0 && partial_rotary <= 1.0) {
-            return Err(format!("partial_rotary_factor {partial_rotary} is not in (0, 1]"));
-        }
-        let c = Config {
-            arch,
-            weight_prefix,
-            hidden_size,
-            // Qwen3.5-MoE has no dense MLP layer, and no size for one.
-            intermediate_size: if qwen35 {
-                raw.intermediate_size.unwrap_or(0)
-            } else {
-                req(raw.intermediate_size, "intermediate_size")?
-            },
-            num_layers,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            vocab_size: req(raw.vocab_size, "vocab_size")?,
-            rms_norm_eps: req(raw.rms_norm_eps.or(raw.norm_eps), "rms_norm_eps")?,
-            rope_theta,
-            rope_scaling,
-            max_position_embeddings: req(raw.max_position_embeddings, "max_position_embeddings")?,
-            // transformers' default is True for LFM2-MoE only.
-            tie_word_embeddings: raw.tie_embedding.or(raw.tie_word_embeddings).unwrap_or(lfm2),
-            attention_bias: raw.attention_bias,
-            qk_norm: arch != Arch::Llama,
-            moe,
-            short_conv,
-            gated_delta,
-            partial_rotary_factor: partial_rotary,
-            attn_output_gate: qwen35,
-            norm_unit_offset: qwen35,
-            eos_token_ids: token_ids(&raw.eos_token_id),
-            bf16_checkpoint: raw.dtype.or(raw.torch_dtype).as_deref() == Some("bfloat16"),
-        };
-        if raw.mlp_bias {
-            return Err("mlp_bias = true is not supported".into());
-        }
-        if raw.use_sliding_window {
-            return Err("use_sliding_window = true is not supported".into());
-        }
-        if let Some(act) = raw.hidden_act.filter(|a| a != "silu") {
-            return Err(format!("hidden_act {act:?} is not supported (silu)"));
-        }
+        raw.refuse_unsupported()?;
         c.validate()?;
         Ok(c)
     }
@@ -667,7 +427,7 @@ impl GenerationConfig {
             let raw: RawGeneration = serde_json::from_str(&read_json(&path)?)
                 .map_err(|e| Error::File { path: path.display().to_string(), msg: e.to_string() })?;
             GenerationConfig {
-                eos_token_ids: token_ids(&raw.eos_token_id),
+                eos_token_ids: raw::token_ids(&raw.eos_token_id),
                 do_sample: raw.do_sample,
                 temperature: raw.temperature,
                 top_k: raw.top_k,
