@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::ops::{BinaryOp, RandKind, Recipe, ReduceOp, Reduction, Scatter, UnaryOp};
+use crate::ops::{BinaryOp, Gather, RandKind, Recipe, ReduceOp, Reduction, Scatter, UnaryOp};
 use crate::storage::Storage;
 use crate::{DType, Device};
 
@@ -120,34 +120,11 @@ pub(crate) trait Backend {
 
     // Indexing: `idx` is an integer tensor of dtype `idt`. The CPU range-checks it; CUDA
     // reads it on the device without a sync (see `ops/index.rs`).
-    /// `index_select` along `dim`.
-    #[allow(clippy::too_many_arguments)]
-    fn index_select(
-        op: &'static str,
-        x: &Self::Buf,
-        xl: &Layout,
-        dim: usize,
-        idx: &Self::Buf,
-        il: &Layout,
-        idt: DType,
-        dt: DType,
-    ) -> Result<Self::Buf>;
-    /// `gather` along `dim`, shaped like the index.
+    /// Elements of `x` where `idx` says (`index_select`, `gather`, `take`).
     #[allow(clippy::too_many_arguments)]
     fn gather(
         op: &'static str,
-        x: &Self::Buf,
-        xl: &Layout,
-        dim: usize,
-        idx: &Self::Buf,
-        il: &Layout,
-        idt: DType,
-        dt: DType,
-    ) -> Result<Self::Buf>;
-    /// Elements of the flattened view at `idx`.
-    #[allow(clippy::too_many_arguments)]
-    fn take(
-        op: &'static str,
+        how: Gather,
         x: &Self::Buf,
         xl: &Layout,
         idx: &Self::Buf,

@@ -263,7 +263,7 @@ impl Config {
     }
 
     /// Parses and checks config.json's text; the error says what is missing or inconsistent.
-    /// The shared decoder fields are read once ([`raw`]); each family's module reads what
+    /// The shared decoder fields are read once (`config/raw.rs`); each family's module reads what
     /// it adds.
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
         let (text_config, weight_prefix) =

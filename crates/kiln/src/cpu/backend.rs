@@ -5,7 +5,7 @@ use super::{cast, index, CpuBuffer};
 use crate::backend::{At, Backend, RotaryNorm, RotaryStart, ScaledMm};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::ops::{BinaryOp, RandKind, ReduceOp, Reduction, Scatter, UnaryOp};
+use crate::ops::{BinaryOp, Gather, RandKind, ReduceOp, Reduction, Scatter, UnaryOp};
 use crate::storage::Storage;
 use crate::{DType, Device, Elem};
 
@@ -107,36 +107,9 @@ impl Backend for Cpu {
         Ok(super::elementwise::frexp(x, l, dt))
     }
 
-    fn index_select(
-        op: &'static str,
-        x: &CpuBuffer,
-        xl: &Layout,
-        dim: usize,
-        idx: &CpuBuffer,
-        il: &Layout,
-        idt: DType,
-        dt: DType,
-    ) -> Result<CpuBuffer> {
-        let size = xl.shape.get(dim).copied().unwrap_or(1);
-        Ok(index::index_select(x, xl, dim, &checked_indices(op, idx, il, idt, size)?, dt))
-    }
-
     fn gather(
         op: &'static str,
-        x: &CpuBuffer,
-        xl: &Layout,
-        dim: usize,
-        idx: &CpuBuffer,
-        il: &Layout,
-        idt: DType,
-        dt: DType,
-    ) -> Result<CpuBuffer> {
-        let i = checked_indices(op, idx, il, idt, xl.shape[dim])?;
-        Ok(index::gather(x, xl, dim, &i, &il.shape, dt))
-    }
-
-    fn take(
-        op: &'static str,
+        how: Gather,
         x: &CpuBuffer,
         xl: &Layout,
         idx: &CpuBuffer,
@@ -144,7 +117,16 @@ impl Backend for Cpu {
         idt: DType,
         dt: DType,
     ) -> Result<CpuBuffer> {
-        Ok(index::take(x, xl, &checked_indices(op, idx, il, idt, xl.numel())?, dt))
+        Ok(match how {
+            Gather::Select(d) => {
+                let size = xl.shape.get(d).copied().unwrap_or(1);
+                index::index_select(x, xl, d, &checked_indices(op, idx, il, idt, size)?, dt)
+            }
+            Gather::Along(d) => {
+                index::gather(x, xl, d, &checked_indices(op, idx, il, idt, xl.shape[d])?, &il.shape, dt)
+            }
+            Gather::Flat => index::take(x, xl, &checked_indices(op, idx, il, idt, xl.numel())?, dt),
+        })
     }
 
     fn scatter(

@@ -7,7 +7,7 @@ use super::DeviceBuffer;
 use crate::backend::{At, Backend, RotaryNorm, RotaryStart, ScaledMm};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::ops::{BinaryOp, RandKind, ReduceOp, Reduction, Scatter, UnaryOp};
+use crate::ops::{BinaryOp, Gather, RandKind, ReduceOp, Reduction, Scatter, UnaryOp};
 use crate::storage::Storage;
 use crate::{DType, Device};
 
@@ -94,34 +94,9 @@ impl Backend for Cuda {
         ops::frexp(x, l, dt)
     }
 
-    fn index_select(
-        _: &'static str,
-        x: &DeviceBuffer,
-        xl: &Layout,
-        dim: usize,
-        idx: &DeviceBuffer,
-        il: &Layout,
-        idt: DType,
-        dt: DType,
-    ) -> Result<DeviceBuffer> {
-        ops::index_select(x, xl, dim, idx, il, idt, dt)
-    }
-
     fn gather(
         _: &'static str,
-        x: &DeviceBuffer,
-        xl: &Layout,
-        dim: usize,
-        idx: &DeviceBuffer,
-        il: &Layout,
-        idt: DType,
-        dt: DType,
-    ) -> Result<DeviceBuffer> {
-        ops::gather(x, xl, dim, idx, il, idt, dt)
-    }
-
-    fn take(
-        _: &'static str,
+        how: Gather,
         x: &DeviceBuffer,
         xl: &Layout,
         idx: &DeviceBuffer,
@@ -129,7 +104,11 @@ impl Backend for Cuda {
         idt: DType,
         dt: DType,
     ) -> Result<DeviceBuffer> {
-        ops::take(x, xl, idx, il, idt, dt)
+        match how {
+            Gather::Select(d) => ops::index_select(x, xl, d, idx, il, idt, dt),
+            Gather::Along(d) => ops::gather(x, xl, d, idx, il, idt, dt),
+            Gather::Flat => ops::take(x, xl, idx, il, idt, dt),
+        }
     }
 
     fn scatter(

@@ -8,6 +8,18 @@ use crate::error::{Error, Result};
 use crate::layout::normalize_dim;
 use crate::{DType, Tensor};
 
+/// Where a read by index takes its elements: the one difference between `index_select`,
+/// `gather` and `take` that the backends see.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Gather {
+    /// `out[.., j, ..] = self[.., index[j], ..]` along this dim (`index_select`, 1-D index).
+    Select(usize),
+    /// `out[i][j][k] = self[i][index[i][j][k]][k]` along this dim (`gather`).
+    Along(usize),
+    /// `out[p] = self.flatten()[index[p]]` (`take`).
+    Flat,
+}
+
 /// Where an in-place write by index lands: the one difference between `put_` and
 /// `index_copy_` that the backends see.
 #[derive(Clone, Copy, Debug)]
@@ -60,12 +72,12 @@ impl Tensor {
         shape[d] = index.numel();
         let ig = index.read();
         let storage = on_backend!(&*self.read(), |B, x| {
-            let i = buf::<B>(&ig, "index_select")?;
-            B::wrap(B::index_select(
+            let (i, how) = (buf::<B>(&ig, "index_select")?, Gather::Select(d));
+            B::wrap(B::gather(
                 "index_select",
+                how,
                 x,
                 &self.layout,
-                d,
                 i,
                 &index.layout,
                 index.dtype,
@@ -92,7 +104,8 @@ impl Tensor {
         let ig = index.read();
         let storage = on_backend!(&*self.read(), |B, x| {
             let i = buf::<B>(&ig, "gather")?;
-            B::wrap(B::gather("gather", x, &self.layout, d, i, &index.layout, index.dtype, self.dtype)?)
+            let how = Gather::Along(d);
+            B::wrap(B::gather("gather", how, x, &self.layout, i, &index.layout, index.dtype, self.dtype)?)
         });
         Ok(Tensor::from_storage(storage, index.shape(), self.dtype, self.device))
     }
@@ -104,7 +117,16 @@ impl Tensor {
         let ig = index.read();
         let storage = on_backend!(&*self.read(), |B, x| {
             let i = buf::<B>(&ig, "take")?;
-            B::wrap(B::take("take", x, &self.layout, i, &index.layout, index.dtype, self.dtype)?)
+            B::wrap(B::gather(
+                "take",
+                Gather::Flat,
+                x,
+                &self.layout,
+                i,
+                &index.layout,
+                index.dtype,
+                self.dtype,
+            )?)
         });
         Ok(Tensor::from_storage(storage, index.shape(), self.dtype, self.device))
     }
