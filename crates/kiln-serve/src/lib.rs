@@ -16,9 +16,8 @@ pub mod stop;
 use api::ModelInfo;
 use engine::{Engine, Limits};
 use kiln::{DType, Device, Error, Result};
-use kiln_models::chat::ChatTemplate;
 use kiln_models::tokenizer::Tokenizer;
-use kiln_models::{Config, GenerationConfig, Model, SamplingParams};
+use kiln_models::{Checkpoint, GenerationConfig, Quantize, SamplingParams};
 use metrics::Metrics;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,8 +28,9 @@ use tokio::sync::oneshot;
 /// How to serve a model.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// Hugging Face model folder: config.json, *.safetensors, tokenizer.json (and a chat
-    /// template for `/v1/chat/completions`).
+    /// Hugging Face model folder (config.json, *.safetensors, tokenizer.json, and a chat
+    /// template for `/v1/chat/completions`), or a GGUF file or a folder holding one
+    /// ([`Checkpoint::open`]).
     pub model: PathBuf,
     /// Address to listen on.
     pub host: String,
@@ -88,12 +88,21 @@ impl Server {
                 "max_batch, queue, block_size and prefill_chunk must be ≥ 1",
             ));
         }
-        let dir = opts.model.clone();
-        let config = Config::load(&dir)?;
-        let gen = GenerationConfig::load(&dir, &config)?;
-        let tokenizer = Arc::new(Tokenizer::load(&dir)?);
-        let template =
-            ChatTemplate::load(&dir).inspect_err(|e| tracing::warn!("/v1/chat/completions is off: {e}")).ok();
+        let checkpoint = Checkpoint::open(&opts.model)?;
+        let config = checkpoint.config()?;
+        let gen = checkpoint.generation_config(&config)?;
+        let tokenizer = Arc::new(checkpoint.tokenizer()?);
+        let template = match checkpoint.chat_template() {
+            Ok(Some(t)) => Some(t),
+            Ok(None) => {
+                tracing::warn!("/v1/chat/completions is off: the model has no chat template");
+                None
+            }
+            Err(e) => {
+                tracing::warn!("/v1/chat/completions is off: {e}");
+                None
+            }
+        };
         let model_context = config.max_position_embeddings.min(kiln_models::decoder::MAX_POSITIONS);
         let kv_blocks = opts.kv_blocks.unwrap_or(opts.max_batch * model_context.div_ceil(opts.block_size));
         let limits = Limits {
@@ -107,7 +116,7 @@ impl Server {
             spawn_engine(&opts, gen.eos_token_ids.clone(), tokenizer.clone(), limits, metrics.clone())?;
 
         let info = ModelInfo {
-            name: dir.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned()),
+            name: checkpoint.name(),
             // A sequence fits the model's positions and the whole pool.
             context: model_context.min(kv_blocks * opts.block_size),
             tokenizer,
@@ -175,10 +184,11 @@ fn spawn_engine(
 ) -> Result<(std::sync::mpsc::Sender<engine::Job>, JoinHandle<()>)> {
     let (jobs, jobs_rx) = std::sync::mpsc::channel();
     let (loaded_tx, loaded) = std::sync::mpsc::channel();
-    let (dir, device, dtype) = (opts.model.clone(), opts.device, opts.dtype);
+    let (path, device, dtype) = (opts.model.clone(), opts.device, opts.dtype);
+    let load = move || Checkpoint::open(&path)?.load(device, dtype, Quantize::None);
     let engine = std::thread::Builder::new()
         .name("kiln-engine".into())
-        .spawn(move || match Model::load(&dir, device, dtype) {
+        .spawn(move || match load() {
             Ok(model) => {
                 let _ = loaded_tx.send(Ok(()));
                 Engine::new(model, &tokenizer, eos, limits, metrics).run(jobs_rx);

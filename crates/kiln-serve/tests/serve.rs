@@ -368,3 +368,47 @@ async fn stopping_lets_open_streams_finish() {
     stopping.await.unwrap().unwrap();
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the port is closed after the drain");
 }
+
+/// A GGUF file served as `kiln generate` runs it: SmolLM2-135M-Instruct's Q4_1 file (from
+/// `kiln_models::fetch`, skipped with the reason when it cannot be had), dequantised to
+/// f32, its tokenizer and chat template from the metadata. The greedy outputs are
+/// llama.cpp's tokens for the same prompts (`kiln-models/tests/smollm2_gguf.rs` says how
+/// they were made), decoded by the file's tokenizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gguf_file_serves_llama_cpp_s_greedy_tokens() {
+    let path = match kiln_models::fetch::smollm2_gguf() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipped: SmolLM2-135M GGUF not available ({why})");
+            return;
+        }
+    };
+    let tok = kiln_models::Checkpoint::open(&path).unwrap().tokenizer().unwrap();
+    let text = |ids: &[u32]| {
+        let mut stream = tok.stream();
+        ids.iter().map(|&id| stream.push(id).unwrap()).collect::<String>()
+    };
+    let mut opts = ServeOptions::new(path, Device::Cpu, DType::F32);
+    opts.port = 0;
+    let server = Server::start(opts).unwrap();
+    let client = Client::new();
+
+    // " Paris.\n\nThe answer is: 201", 12 tokens (no end of sequence).
+    let paris = [7042, 30, 198, 198, 504, 2988, 314, 42, 216, 34, 32, 33];
+    let req = json!({"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0});
+    let (status, body) = post(&client, &server, "/v1/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["choices"][0]["text"], text(&paris).as_str());
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+
+    // The file's chat template (with its default system prompt); the reply ends at the
+    // end-of-sequence token (id 2), which is not part of the text.
+    let four = [504, 2988, 288, 451, 8170, 4119, 1732, 314, 216, 36, 30];
+    let req = json!({"messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 12, "temperature": 0});
+    let (status, body) = post(&client, &server, "/v1/chat/completions", req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], text(&four).as_str());
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    assert_idle(&client, &server).await;
+    server.stop().unwrap();
+}

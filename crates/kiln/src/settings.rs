@@ -261,6 +261,22 @@ pub static FIXTURES: Setting<Option<PathBuf>> = Setting::new(
     some_path,
 );
 
+/// Where tests keep the real model files they fetch (`None`: the temp dir's `kiln-cache`).
+pub static MODEL_CACHE: Setting<Option<PathBuf>> = Setting::new(
+    "KILN_CACHE",
+    "where tests keep the real models they fetch (default: the system temp dir's kiln-cache)",
+    || None,
+    some_path,
+);
+
+/// The SmolLM2-135M GGUF file the real-model tests run (`None`: fetched into the cache).
+pub static SMOLLM2_GGUF: Setting<Option<PathBuf>> = Setting::new(
+    "KILN_SMOLLM2_GGUF",
+    "SmolLM2-135M-Instruct Q4_1 GGUF for the real-model tests (default: fetched into KILN_CACHE)",
+    || None,
+    some_path,
+);
+
 /// Where the bench finds its PyTorch peer scripts (`None`: the repository's `bench/`).
 pub static BENCH_DIR: Setting<Option<PathBuf>> = Setting::new(
     "KILN_BENCH_DIR",
@@ -302,7 +318,7 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 19] = [
+pub static ALL: [&dyn Describe; 21] = [
     &AFTER_PREVIOUS,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
@@ -317,6 +333,8 @@ pub static ALL: [&dyn Describe; 19] = [
     &CACHE_DIR,
     &NO_KERNEL_CACHE,
     &FIXTURES,
+    &MODEL_CACHE,
+    &SMOLLM2_GGUF,
     &BENCH_DIR,
     &COMMIT,
     &LINEAR_ROWS,
