@@ -120,6 +120,15 @@ pub fn validate(doc: &Value) -> std::result::Result<(), String> {
 fn figures(v: &Value, path: String, out: &mut Vec<(String, f64)>) {
     match v {
         Value::Object(m) => m.iter().for_each(|(k, v)| figures(v, format!("{path}.{k}"), out)),
+        // A list's entries are named by what tells them apart (a decode context, a case's
+        // name or shape), else by their index, so that two runs pair up entry by entry.
+        Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| {
+            let label = ["name", "label", "case", "shape", "context"]
+                .iter()
+                .find_map(|k| v.get(k).map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string)))
+                .unwrap_or_else(|| i.to_string());
+            figures(v, format!("{path}[{label}]"), out)
+        }),
         Value::Number(n) => {
             let wanted = ["median_ms", "gbps", "tokens_per_s", "gflops", "tflops", "us"];
             if wanted.iter().any(|w| path.ends_with(w)) {
@@ -160,6 +169,20 @@ mod tests {
         let table = compare(&doc, &doc);
         assert!(table.contains("cpu.matmul_f32.stats.median_ms"), "{table}");
         assert!(table.contains("+0.0%"), "{table}");
+        // Figures inside lists pair up by what names their entries.
+        let run = |a: f64, b: f64| {
+            json!({ "suites": { "decode": { "presets": { "p": { "decode": [
+                { "context": 128, "tokens_per_s": a }, { "context": 1024, "tokens_per_s": b } ] } } } } })
+        };
+        let table = compare(&run(10.0, 8.0), &run(11.0, 8.0));
+        assert!(
+            table.contains("decode.presets.p.decode[128].tokens_per_s") && table.contains("+10.0%"),
+            "{table}"
+        );
+        assert!(
+            table.contains("decode.presets.p.decode[1024].tokens_per_s") && table.contains("+0.0%"),
+            "{table}"
+        );
     }
 
     #[test]
