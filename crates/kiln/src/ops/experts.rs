@@ -231,7 +231,7 @@ impl Tensor {
             let why = crate::cuda::ops::gemv::experts_sum_declines(t, k, &down.layout, self.dtype);
             if Route::of(format_args!("{OP} {t}x{k} of {ds:?} {}", self.dtype), why) == Route::Kernel {
                 let g = [self.read(), down.read(), experts.read(), weights.read()];
-                let [x, w, e, r] = [0, 1, 2, 3].map(|i| buf::<Cuda>(&g[i], OP));
+                let [x, w, e, r] = g.each_ref().map(|g| buf::<Cuda>(g, OP));
                 let y = crate::cuda::ops::gemv::expert_linear_sum(
                     x?,
                     &self.layout,

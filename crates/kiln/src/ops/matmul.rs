@@ -209,7 +209,7 @@ impl Tensor {
                 ));
             }
             let g = [self.read(), b.read(), offs.read()];
-            let [x, w, o] = [0, 1, 2].map(|i| buf::<Cuda>(&g[i], OP));
+            let [x, w, o] = g.each_ref().map(|g| buf::<Cuda>(g, OP));
             let y =
                 crate::cuda::ops::grouped_mm(x?, &self.layout, w?, &b.layout, o?, &offs.layout, self.dtype)?;
             return Ok(Tensor::from_storage(Cuda::wrap(y), &[m, n], self.dtype, self.device));
