@@ -55,6 +55,7 @@ pub fn binary_f64(op: BinaryOp, a: f64, b: f64) -> f64 {
         // PyTorch: equal infinities give themselves (inf − inf would be NaN).
         LogAddExp if a == b && a.is_infinite() => a,
         LogAddExp => a.max(b) + (-(a - b).abs()).exp().ln_1p(),
+        Hypot => a.hypot(b),
         SiluMul => a / (1.0 + (-a).exp()) * b,
         Eq => t(a == b),
         Ne => t(a != b),

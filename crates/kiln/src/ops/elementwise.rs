@@ -122,6 +122,8 @@ binary_ops! {
         => special_laguerre_polynomial_l, special_laguerre_polynomial_l_scalar;
     /// `log(exp(x) + exp(y))` without overflow.
     LogAddExp "logaddexp" Float => logaddexp, logaddexp_scalar;
+    /// `sqrt(x² + y²)` without overflow or underflow in between; infinite if either is.
+    Hypot "hypot" Float => hypot, hypot_scalar;
     /// `silu(x) · y`, SwiGLU's activation of a gate and an up projection in one pass
     /// (vLLM's `silu_and_mul` over the two halves).
     SiluMul "silu_mul" Float => silu_mul, silu_mul_scalar;
@@ -327,6 +329,27 @@ mod tests {
         }
         let i = Tensor::from_vec(vec![1i64, 2], &[2], Device::Cpu).unwrap();
         assert_eq!(i.logaddexp_scalar(0.0).unwrap().dtype(), DType::F32);
+    }
+
+    /// hypot against the formula where it does not overflow, with values whose squares
+    /// overflow f32 (the f32 result must still be exact), and IEEE's edge cases: an
+    /// infinity wins over NaN.
+    #[test]
+    fn hypot_does_not_overflow() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let a = [3.0, -5.0, 0.0, 3e30, 1e-30, inf, nan, nan, -inf];
+        let b = [4.0, 12.0, -0.0, -4e30, 1e-30, nan, inf, 1.0, 2.0];
+        let want = [5.0, 13.0, 0.0, 5e30, 1e-30 * std::f64::consts::SQRT_2, inf, inf, nan, inf];
+        let t = |v: &[f64]| Tensor::from_vec(v.to_vec(), &[v.len()], Device::Cpu).unwrap();
+        for dt in [DType::F64, DType::F32] {
+            let y = t(&a).to_dtype(dt).unwrap().hypot(&t(&b).to_dtype(dt).unwrap()).unwrap();
+            assert_eq!(y.dtype(), dt);
+            let tol = if dt == DType::F64 { 1e-15 } else { 1e-7 };
+            for ((x, z), (got, w)) in a.iter().zip(&b).zip(y.to_f64_vec().unwrap().into_iter().zip(want)) {
+                let ok = got == w || (got - w).abs() <= tol * w.abs() || (got.is_nan() && w.is_nan());
+                assert!(ok, "{dt} hypot({x}, {z}) = {got}, expected {w}");
+            }
+        }
     }
 
     /// silu_mul equals silu(x) · y (the two ops it fuses), broadcasts, and keeps PyTorch's

@@ -34,6 +34,7 @@ template <typename F> __device__ F fbin(int op, F x, F y) {
     case BIN_SPECIAL_LAGUERRE_POLYNOMIAL_L: return (F)laguerre_l((double)x, (double)y);
     // Equal infinities give themselves (x - y is NaN only then, or for a NaN input).
     case BIN_LOGADDEXP: return (x == y && x - y != x - y) ? x : (x > y ? x : y) + log1p(exp(-fabs(x - y)));
+    case BIN_HYPOT: return hypot(x, y);
     case BIN_SILU_MUL: return silu_mul(x, y);
     case BIN_EQ: return x == y;
     case BIN_NE: return x != y;
