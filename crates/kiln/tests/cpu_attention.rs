@@ -1,7 +1,7 @@
 //! The CPU decode attention (`kiln::cpu::attention`, taken by `scaled_dot_product_attention`
 //! for 1–8 queries) against the composed path on random inputs: odd sizes, grouped and
 //! plain heads, keys and values read through a narrowed cache view, causal and `kv_len`,
-//! f32 and bf16.
+//! f32, f64 (widened to f32) and bf16 / f16 (caches read as stored).
 
 use kiln::settings::DECODE_ATTENTION;
 use kiln::{DType, Device, Sdpa, Tensor};
@@ -18,7 +18,7 @@ fn decode_attention_matches_composed() {
     let (b, e, ev, cap, s) = (2, 13, 7, 20, 11);
     let len = Tensor::from_vec(vec![7i32], &[1], cpu).unwrap();
     let mut seed = 0;
-    for dt in [DType::F32, DType::BF16] {
+    for dt in [DType::F32, DType::F64, DType::BF16, DType::F16] {
         for (hq, hkv, gqa) in [(6, 3, true), (4, 4, false)] {
             for l in [1, 3, 8] {
                 for (causal, kv_len) in [(false, None), (true, None), (false, Some(&len)), (true, Some(&len))]
@@ -40,8 +40,13 @@ fn decode_attention_matches_composed() {
                     };
                     assert_eq!(fast.shape(), &[b, hq, l, ev]);
                     assert_eq!(fast.dtype(), dt);
-                    // bf16: the composed path rounds scores and probabilities to bf16.
-                    let tol = if dt == DType::F32 { 1e-5 } else { 4e-2 };
+                    // The kernel computes in f32; the composed path rounds scores and
+                    // probabilities to the dtype.
+                    let tol = match dt {
+                        DType::F32 | DType::F64 => 1e-5,
+                        DType::F16 => 1e-2,
+                        _ => 4e-2,
+                    };
                     let d = max_diff(&fast, &composed);
                     assert!(d <= tol, "{dt:?} hq={hq} l={l} causal={causal} kv_len={kv_len:?}: {d}");
                 }

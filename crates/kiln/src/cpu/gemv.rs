@@ -160,6 +160,17 @@ pub fn fast_16bit_weights() -> bool {
     false
 }
 
+/// `x · w` for f32 `x` and `w` as stored: widened on the fly with AVX-512, else through
+/// `scratch` (at least `w.len()` long).
+pub(crate) fn dot_widened<W: WeightElem>(x: &[f32], w: &[W], scratch: &mut [f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: AVX-512F was detected just above; `x` and `w` have the same length.
+        return unsafe { dot_avx512(x, w) };
+    }
+    dot(x, W::widen(w, &mut scratch[..w.len()]))
+}
+
 /// `out[i * rows + r] = x[r, :] · w[j0 + i, :]` for the weight rows `j0..` that `out`
 /// covers (`out` column-major, `rows` per weight row).
 fn rows_into<W: WeightElem>(x: &[f32], rows: usize, k: usize, w: &[W], j0: usize, out: &mut [f32]) {
@@ -174,6 +185,7 @@ fn rows_into<W: WeightElem>(x: &[f32], rows: usize, k: usize, w: &[W], j0: usize
         }
         return;
     }
+    // Widened once per weight row, used for every row of x.
     let mut scratch = vec![0f32; k];
     for (o, wr) in weight_rows {
         let wr = W::widen(wr, &mut scratch);
