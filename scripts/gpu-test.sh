@@ -53,7 +53,7 @@ tests() {
   for t in .gpu/tests/*; do
     n=$(basename "$t")
     wanted "$n" || continue
-    case "$n" in gpu_*) run "$n" 300 "$t";; *) run "$n" 300 "$t" --test-threads=8;; esac
+    case "$n" in gpu_*|both_*) run "$n" 300 "$t";; *) run "$n" 300 "$t" --test-threads=8;; esac
   done
   run check_cuda 300 .gpu/kiln check --fixtures .gpu/fixtures --device cuda
   run generate_llama 120 .gpu/kiln generate --model .gpu/fixtures/models/llama --prompt "Hello" \
@@ -98,7 +98,7 @@ declare -A RACECHECK=(
   [linalg_trsm]="gpu_linalg solve_triangular"
   [grouped_mm]="gpu_linear grouped"
   [reduce]="gpu_reductions var_mean mse_loss"
-  [rotary]="gpu_parity rotary"
+  [rotary]="both_rotary"
   [scaled_mm]="gpu_fp8 layouts"
   [softmax]="gpu_reductions softmax_special softmax_long_rows"
   [topk]="gpu_reductions topk router"
@@ -110,7 +110,7 @@ sanitize() {
     run memcheck_gpu_limits 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 .gpu/tests/gpu_limits
   fi
   PARALLEL=1
-  for t in .gpu/tests/gpu_*; do
+  for t in .gpu/tests/gpu_* .gpu/tests/both_*; do
     local n=$(basename "$t")
     wanted "$n" && [ "$n" != gpu_limits ] || continue
     spawn "memcheck_$n" 540 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"

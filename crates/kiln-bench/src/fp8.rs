@@ -263,12 +263,3 @@ fn forced_rows(choice: Fp8Gemm, epilogue: bool) -> Result<Vec<Value>> {
     }
     Ok(rows)
 }
-
-/// The `scaled_mm` fixture: in0 / in2 are float8_e4m3fn bytes stored as u8; b (`[K, N]`)
-/// is stored row-major, so it is laid out column-major first, as `torch._scaled_mm` wants.
-pub fn fixture_scaled_mm(ins: &[Tensor], args: &Value) -> Result<Tensor> {
-    let fp8 = |t: &Tensor| Tensor::from_raw_bytes(&t.to_raw_bytes()?, t.shape(), DType::F8E4M3, t.device());
-    let out = args.get("out_dtype").and_then(|v| v.as_str()).and_then(DType::parse).unwrap_or(DType::F32);
-    let b = fp8(&ins[2])?.t()?.contiguous()?.t()?;
-    fp8(&ins[0])?.scaled_mm(&b, &ins[1], &ins[3], out, None)
-}

@@ -10,7 +10,6 @@ pub mod fp8;
 pub mod grouped;
 pub mod harness;
 pub mod linalg;
-pub mod linalg_fixtures;
 pub mod linear;
 pub mod long_decode;
 pub mod membw;

@@ -1,9 +1,16 @@
-//! The GPU parity harness: GPU results against the CPU backend (the reference of every
-//! kernel) on fresh random inputs, with device allocations poisoned (0xFF bytes) so an
-//! element a kernel forgets to write fails the comparison. kiln's `gpu_*` test binaries
-//! (`harness = false`) and kiln-models' are lists of [`Case`]s given to [`run`]; a crate
-//! that adds kernels of its own can test them the same way. Without a GPU, [`run`] prints
-//! that its cases were skipped and passes nothing.
+//! The test harness of kiln and of crates that add kernels of their own.
+//!
+//! - GPU parity: GPU results against the CPU backend (the reference of every kernel) on
+//!   fresh random inputs, with device allocations poisoned (0xFF bytes) so an element a
+//!   kernel forgets to write fails the comparison. kiln's `gpu_*` test binaries
+//!   (`harness = false`) and kiln-models' are lists of [`Case`]s given to [`run`]. Without
+//!   a GPU, [`run`] prints that its cases were skipped and passes nothing.
+//! - One body for every device: [`device_cases!`](crate::device_cases) makes a `both_*`
+//!   binary's `main`, which runs each case on the CPU and then on cuda:0 ([`run_each`]),
+//!   the device under test being [`Ctx::dev`] and the reference the CPU twin.
+//! - [`fixtures`]: the PyTorch fixture cases of the ops.
+
+pub mod fixtures;
 
 use crate::{DType, Device, Result, Tensor};
 use std::process::ExitCode;
@@ -63,22 +70,23 @@ pub fn tol_of(dt: DType) -> f64 {
     }
 }
 
-/// What a case gets: the GPU under test and a seed that each [`Ctx::pair`] advances.
+/// What a case gets: the device under test and a seed that each [`Ctx::pair`] advances.
 pub struct Ctx {
-    /// The device the case runs on (`cuda:0`).
-    pub gpu: Device,
+    /// The device the case runs on: `cuda:0` in [`run`], each device in turn in [`run_each`].
+    pub dev: Device,
     /// The last seed used.
     pub seed: u64,
 }
 
 impl Ctx {
-    /// Fresh random values (never zeros) of `dtype`, identical on CPU and GPU.
+    /// Fresh random values (never zeros) of `dtype`: on the device under test and their CPU
+    /// twin, identical.
     pub fn pair(&mut self, shape: &[usize], dtype: DType, scale: f64) -> Result<(Tensor, Tensor)> {
         self.seed += 1;
         let base = Tensor::randn(shape, self.seed, DType::F64, CPU)?.mul_scalar(scale)?;
         let base = if dtype.is_float() { base } else { base.round()? };
         let c = base.to_dtype(dtype)?;
-        Ok((c.to_device(self.gpu)?, c))
+        Ok((c.to_device(self.dev)?, c))
     }
 }
 
@@ -132,9 +140,31 @@ pub fn run(binary: &str, cases: &[Case]) -> ExitCode {
         println!("{binary}: {} cases skipped (no CUDA device: {why})", cases.len());
         return ExitCode::SUCCESS;
     }
-    let dev = crate::cuda::device(0).expect("availability() said the device works");
-    dev.set_poison(true);
-    let mut cx = Ctx { gpu: Device::Cuda(0), seed: 1000 };
+    let (passed, failed) = run_on(Device::Cuda(0), "", cases);
+    verdict(passed, failed)
+}
+
+/// Runs the cases (or those named on the command line) on the CPU, then on cuda:0 where
+/// there is one (else says they were skipped there), one line per case and device, then
+/// `N passed, N failed`. What [`device_cases!`](crate::device_cases) calls.
+pub fn run_each(binary: &str, cases: &[Case]) -> ExitCode {
+    let (mut passed, mut failed) = run_on(CPU, " (cpu)", cases);
+    match crate::cuda::availability() {
+        Err(why) => println!("{binary}: {} cases skipped on CUDA (no CUDA device: {why})", cases.len()),
+        Ok(()) => {
+            let (p, f) = run_on(Device::Cuda(0), " (cuda)", cases);
+            (passed, failed) = (passed + p, failed + f);
+        }
+    }
+    verdict(passed, failed)
+}
+
+/// Runs the selected cases on `dev` (poisoned if a GPU), `tag` after each case's name.
+fn run_on(dev: Device, tag: &str, cases: &[Case]) -> (usize, usize) {
+    if let Device::Cuda(i) = dev {
+        crate::cuda::device(i).expect("availability() said the device works").set_poison(true);
+    }
+    let mut cx = Ctx { dev, seed: 1000 };
     // Optional case names on the command line run a subset (e.g. under racecheck).
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let (mut passed, mut failed) = (0, 0);
@@ -142,18 +172,35 @@ pub fn run(binary: &str, cases: &[Case]) -> ExitCode {
         match f(&mut cx) {
             Ok(()) => {
                 passed += 1;
-                println!("pass  {name}");
+                println!("pass  {name}{tag}");
             }
             Err(msg) => {
                 failed += 1;
-                println!("FAIL  {name}: {msg}");
+                println!("FAIL  {name}{tag}: {msg}");
             }
         }
     }
+    (passed, failed)
+}
+
+fn verdict(passed: usize, failed: usize) -> ExitCode {
     println!("{passed} passed, {failed} failed");
     if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The `main` of a `harness = false` test binary whose cases each run on every device
+/// from one body ([`run_each`]): `kiln::device_cases!(case_a, case_b);`, each case a
+/// `fn(&mut Ctx) -> Result<(), String>` computing on [`Ctx::dev`] and checking against the
+/// CPU (its twins from [`Ctx::pair`], or a composition of other ops).
+#[macro_export]
+macro_rules! device_cases {
+    ($($case:ident),+ $(,)?) => {
+        fn main() -> std::process::ExitCode {
+            $crate::testing::run_each(env!("CARGO_CRATE_NAME"), &[$((stringify!($case), $case)),+])
+        }
+    };
 }

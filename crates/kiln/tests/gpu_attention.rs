@@ -93,7 +93,7 @@ fn device_length(cx: &mut Ctx) -> Res {
         let (v, vc) = cx.pair(&[1, 2, 513, 64], dt, 1.0).map_err(e)?;
         for (n, causal) in [(300, false), (0, false), (5000, false), (1, true), (77, true)] {
             let len = Tensor::from_vec(vec![n as i32], &[1], CPU).map_err(e)?;
-            let len_gpu = len.to_device(cx.gpu).map_err(e)?;
+            let len_gpu = len.to_device(cx.dev).map_err(e)?;
             let o = Sdpa { kv_len: Some(&len_gpu), is_causal: causal, enable_gqa: true, ..Sdpa::default() };
             let name = format!("{dt} kv_len {n} of 513 causal={causal}");
             check(&name, (&q, &qc), (&k, &kc), (&v, &vc), &o, Some(n.min(513)), tol)?;
@@ -117,7 +117,7 @@ fn graph_replay(cx: &mut Ctx) -> Res {
     let (q, qc) = cx.pair(&[1, 32, 1, 128], DType::BF16, 1.0).map_err(e)?;
     let (k, kc) = cx.pair(&[1, 8, 4096, 128], DType::BF16, 1.0).map_err(e)?;
     let (v, vc) = cx.pair(&[1, 8, 4096, 128], DType::BF16, 1.0).map_err(e)?;
-    let len = Tensor::from_vec(vec![17i32], &[1], CPU).and_then(|t| t.to_device(cx.gpu)).map_err(e)?;
+    let len = Tensor::from_vec(vec![17i32], &[1], CPU).and_then(|t| t.to_device(cx.dev)).map_err(e)?;
     let o = Sdpa { kv_len: Some(&len), enable_gqa: true, ..Sdpa::default() };
     q.scaled_dot_product_attention(&k, &v, &o).map_err(e)?; // kernels loaded off the capture
     dev.begin_capture().map_err(e)?;
@@ -125,7 +125,7 @@ fn graph_replay(cx: &mut Ctx) -> Res {
     let graph = dev.end_capture().map_err(e)?;
     let y = captured.map_err(e)?;
     for n in [17usize, 18, 2049, 4096] {
-        let now = Tensor::from_vec(vec![n as i32], &[1], CPU).and_then(|t| t.to_device(cx.gpu)).map_err(e)?;
+        let now = Tensor::from_vec(vec![n as i32], &[1], CPU).and_then(|t| t.to_device(cx.dev)).map_err(e)?;
         len.copy_(&now).map_err(e)?;
         graph.replay().map_err(e)?;
         let cut = |t: &Tensor| t.narrow(2, 0, n).and_then(|t| t.to_dtype(DType::F32));

@@ -38,7 +38,7 @@ fn quantizers(cx: &mut Ctx) -> R {
         }
     }
     // A zero row gets the EPS scale, not NaN; a non-contiguous input is read correctly.
-    let z = Tensor::zeros(&[2, 64], DType::BF16, cx.gpu).map_err(e)?;
+    let z = Tensor::zeros(&[2, 64], DType::BF16, cx.dev).map_err(e)?;
     let (q, s) = quantize(&z, Granularity::Row).map_err(e)?;
     let (qc, sc) = quantize(&z.to_device(CPU).map_err(e)?, Granularity::Row).map_err(e)?;
     same("quantize zero rows", &q, &qc, 0.0)?;
@@ -316,7 +316,7 @@ fn w8a16(cx: &mut Ctx) -> R {
         let forms = [("Row", &qr, &sr, &sr), ("Tensor", &qt, &st, &st), ("Tensor [1, N]", &qt, &st_col, &st)];
         for (form, qc, sc, s_ref) in forms {
             // One quantised weight, bit-identical on both devices.
-            let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);
+            let (q, s) = (qc.to_device(cx.dev).map_err(e)?, sc.to_device(cx.dev).map_err(e)?);
             let w32 = dequantize((qc, s_ref)).map_err(e)?;
             for dt in [DType::BF16, DType::F16] {
                 let (b, bc) = cx.pair(&[n], dt, 1.0).map_err(e)?;
@@ -348,7 +348,7 @@ fn w8a16_views(cx: &mut Ctx) -> R {
     let (n, k, m) = (37, 64, 6);
     let (_, wc) = cx.pair(&[n, k], DType::F32, 0.05).map_err(e)?;
     let (qc, sc) = quantize(&wc, Granularity::Row).map_err(e)?;
-    let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);
+    let (q, s) = (qc.to_device(cx.dev).map_err(e)?, sc.to_device(cx.dev).map_err(e)?);
     for dt in [DType::BF16, DType::F16] {
         let (flat, flatc) = cx.pair(&[m * k + 8], dt, 1.0).map_err(e)?;
         for off in [8, 1] {
@@ -375,7 +375,7 @@ fn w8a16_views(cx: &mut Ctx) -> R {
     // K = 40: not the kernel's; the FP8 path's scaled_mm needs K % 16 == 0 on both devices.
     let (_, wc) = cx.pair(&[24, 40], DType::F32, 0.05).map_err(e)?;
     let (qc, sc) = quantize(&wc, Granularity::Row).map_err(e)?;
-    let (q, s) = (qc.to_device(cx.gpu).map_err(e)?, sc.to_device(cx.gpu).map_err(e)?);
+    let (q, s) = (qc.to_device(cx.dev).map_err(e)?, sc.to_device(cx.dev).map_err(e)?);
     let (x, xc) = cx.pair(&[3, 40], DType::BF16, 1.0).map_err(e)?;
     match (x.linear_fp8(&q, &s, None), xc.linear_fp8(&qc, &sc, None)) {
         (Err(g), Err(c)) if g.to_string() == c.to_string() => Ok(()),

@@ -30,7 +30,7 @@ fn matrices(cx: &mut Ctx, lead: &[usize], n: usize, dt: DType) -> kiln::Result<(
     let eye = Tensor::from_vec(eye, &[n, n], CPU)?;
     let (_, c) = cx.pair(&shape, DType::F64, 1.0 / n as f64)?;
     let c = c.add(&eye)?.to_dtype(dt)?;
-    Ok((c.to_device(cx.gpu)?, c))
+    Ok((c.to_device(cx.dev)?, c))
 }
 
 /// Every closed-form size, batched, unbatched and transposed (a non-contiguous view);
@@ -49,7 +49,7 @@ fn inv(cx: &mut Ctx) -> R {
         }
         let (g, _) = matrices(cx, &[9], 3, dt).map_err(e)?;
         // Matrix 6 gets a zero row: singular, and the first to be.
-        let zero_row = Tensor::zeros(&[1, 1, 3], dt, cx.gpu).map_err(e)?;
+        let zero_row = Tensor::zeros(&[1, 1, 3], dt, cx.dev).map_err(e)?;
         g.narrow(0, 6, 1).map_err(e)?.narrow(1, 1, 1).map_err(e)?.copy_(&zero_row).map_err(e)?;
         let msg = g.linalg_inv().err().map(|x| x.to_string()).unwrap_or_default();
         if !msg.contains("matrix 6 is singular") {
@@ -60,7 +60,7 @@ fn inv(cx: &mut Ctx) -> R {
             let name = format!("inv {dt} [301] {n}x{n}");
             same(&name, &g.linalg_inv().map_err(e)?, &c.linalg_inv().map_err(e)?, tol(dt))?;
             // Singular matrices 200 and 290 (other blocks): the first is named.
-            let zero_row = Tensor::zeros(&[1, 1, n], dt, cx.gpu).map_err(e)?;
+            let zero_row = Tensor::zeros(&[1, 1, n], dt, cx.dev).map_err(e)?;
             for m in [290, 200] {
                 g.narrow(0, m, 1).map_err(e)?.narrow(1, 1, 1).map_err(e)?.copy_(&zero_row).map_err(e)?;
             }
@@ -145,7 +145,7 @@ fn general(cx: &mut Ctx, shape: &[usize], dt: DType) -> kiln::Result<(Tensor, Te
     }
     let (_, c) = cx.pair(&[shape, &[2]].concat(), DType::F32, 1.0)?;
     let c = Tensor::from_raw_bytes(&c.to_raw_bytes()?, shape, DType::C64, CPU)?;
-    Ok((c.to_device(cx.gpu)?, c))
+    Ok((c.to_device(cx.dev)?, c))
 }
 
 /// A complex tensor as f32 pairs on the CPU (`same` compares real dtypes); others as they are.
@@ -201,7 +201,7 @@ fn lu(cx: &mut Ctx) -> R {
         for n in [3, 80] {
             // Matrix 1 of 3 gets a zero row: a zero pivot, det 0.
             let (g, _) = general(cx, &[3, n, n], dt).map_err(e)?;
-            let zero_row = Tensor::zeros(&[1, 1, n], dt, cx.gpu).map_err(e)?;
+            let zero_row = Tensor::zeros(&[1, 1, n], dt, cx.dev).map_err(e)?;
             g.narrow(0, 1, 1).map_err(e)?.narrow(1, 2, 1).map_err(e)?.copy_(&zero_row).map_err(e)?;
             let c = g.to_device(CPU).map_err(e)?;
             let name = format!("singular {dt} {n}x{n}");

@@ -163,7 +163,7 @@ fn variants(cx: &mut Ctx) -> Res {
 /// Given expert indices `[t, k]` on both devices.
 fn ids_of(cx: &Ctx, v: Vec<i64>, t: usize, k: usize, dt: DType) -> std::result::Result<Pair, String> {
     let c = Tensor::from_vec(v, &[t, k], Device::Cpu).and_then(|c| c.to_dtype(dt)).map_err(e)?;
-    Ok(Pair { g: c.to_device(cx.gpu).map_err(e)?, c })
+    Ok(Pair { g: c.to_device(cx.dev).map_err(e)?, c })
 }
 
 /// Fresh `[t, k]` expert indices in `[0, ne)` (repeats allowed, as top-k over several
@@ -407,7 +407,7 @@ fn grouped(cx: &mut Ctx) -> Res {
             let g = ends.len();
             let a = Pair::new(cx, &[*m, *k], dt)?;
             let offs = Tensor::from_vec(ends.clone(), &[g], Device::Cpu).map_err(e)?;
-            let offs = Pair { g: offs.to_device(cx.gpu).map_err(e)?, c: offs };
+            let offs = Pair { g: offs.to_device(cx.dev).map_err(e)?, c: offs };
             let b = Pair::new(cx, &[g, *k, *n], dt)?;
             let bt = Pair::new(cx, &[g, *n, *k], dt)?.map(|t| t.transpose(1, 2))?;
             for (what, b) in [("b", &b), ("b transposed", &bt)] {
@@ -422,7 +422,7 @@ fn grouped(cx: &mut Ctx) -> Res {
     let a = Pair::new(cx, &[50, 24], DType::BF16)?;
     let b = Pair::new(cx, &[3, 24, 40], DType::BF16)?;
     let offs = Tensor::from_vec(vec![10i32, 10, 45], &[3], Device::Cpu).map_err(e)?;
-    let offs = Pair { g: offs.to_device(cx.gpu).map_err(e)?, c: offs };
+    let offs = Pair { g: offs.to_device(cx.dev).map_err(e)?, c: offs };
     dev.begin_capture().map_err(e)?;
     let captured = a.g.grouped_mm(&b.g, &offs.g);
     let graph = dev.end_capture().map_err(e)?;
@@ -456,7 +456,7 @@ fn expert_groups(cx: &mut Ctx) -> Res {
             .collect();
         let name = format!("expert_groups {t}x{k} of {ne}");
         let c = Tensor::from_vec(idx.clone(), &[t, k], Device::Cpu).map_err(e)?;
-        let gg = c.to_device(cx.gpu).map_err(e)?.expert_groups(ne).map_err(|er| format!("{name}: {er}"))?;
+        let gg = c.to_device(cx.dev).map_err(e)?.expert_groups(ne).map_err(|er| format!("{name}: {er}"))?;
         let cg = c.expert_groups(ne).map_err(e)?;
         let ends = gg.ends.to_vec::<i32>().map_err(e)?;
         if ends != cg.ends.to_vec::<i32>().map_err(e)? {

@@ -80,7 +80,7 @@ fn binary(cx: &mut Ctx) -> std::result::Result<(), String> {
     let v = [f32::NEG_INFINITY, -1.0, 0.0, f32::NAN, f32::INFINITY, 2.5];
     let a = Tensor::from_slice(&v, &[6, 1], CPU).map_err(e)?;
     let b = Tensor::from_slice(&v, &[1, 6], CPU).map_err(e)?;
-    let (ag, bg) = (a.to_device(cx.gpu).map_err(e)?, b.to_device(cx.gpu).map_err(e)?);
+    let (ag, bg) = (a.to_device(cx.dev).map_err(e)?, b.to_device(cx.dev).map_err(e)?);
     for &op in ops {
         same(
             &format!("{op:?} inf/nan"),
@@ -200,7 +200,7 @@ fn softmax_norm(cx: &mut Ctx) -> std::result::Result<(), String> {
     }
     let x = Tensor::from_slice(&[f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0, f32::NAN], &[2, 2], CPU)
         .map_err(e)?;
-    both("softmax -inf/nan", &x.to_device(cx.gpu).map_err(e)?, &x, 1e-6, |x| x.softmax(-1))
+    both("softmax -inf/nan", &x.to_device(cx.dev).map_err(e)?, &x, 1e-6, |x| x.softmax(-1))
 }
 
 fn matmul(cx: &mut Ctx) -> std::result::Result<(), String> {
@@ -275,7 +275,7 @@ fn attention(cx: &mut Ctx) -> std::result::Result<(), String> {
         let keep: Vec<f32> =
             (0..27).map(|i| if i / 9 == 1 { 0.0 } else { (i % 3 != 0) as u8 as f32 }).collect();
         let keepc = Tensor::from_vec(keep, &[3, 9], CPU).and_then(|m| m.to_dtype(DType::Bool)).map_err(e)?;
-        let keepg = keepc.to_device(cx.gpu).map_err(e)?;
+        let keepg = keepc.to_device(cx.dev).map_err(e)?;
         for (name, m, mc) in [("additive", &add, &addc), ("bool", &keepg, &keepc)] {
             let (o, oc) = (
                 Sdpa { attn_mask: Some(m), enable_gqa: true, ..Sdpa::default() },
@@ -352,7 +352,7 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
     for dt in [DType::F32, DType::BF16, DType::I64, DType::U8] {
         let (x, xc) = cx.pair(&[9, 13, 5], dt, 10.0).map_err(e)?;
         let idx = Tensor::from_slice(&[3i64, -1, 0, 3, 8], &[5], CPU).map_err(e)?;
-        let ig = idx.to_device(cx.gpu).map_err(e)?;
+        let ig = idx.to_device(cx.dev).map_err(e)?;
         for d in [0isize, 2] {
             same(
                 &format!("index_select {dt} dim {d}"),
@@ -383,14 +383,14 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
         .map_err(e)?;
         same(
             &format!("gather {dt}"),
-            &x.gather(1, &gi.to_device(cx.gpu).map_err(e)?).map_err(e)?,
+            &x.gather(1, &gi.to_device(cx.dev).map_err(e)?).map_err(e)?,
             &xc.gather(1, &gi).map_err(e)?,
             0.0,
         )?;
         let ti = Tensor::from_slice(&[0i64, 584, -1, 77, 77], &[5], CPU).map_err(e)?;
         same(
             &format!("take {dt}"),
-            &x.transpose(0, 2).map_err(e)?.take(&ti.to_device(cx.gpu).map_err(e)?).map_err(e)?,
+            &x.transpose(0, 2).map_err(e)?.take(&ti.to_device(cx.dev).map_err(e)?).map_err(e)?,
             &xc.transpose(0, 2).map_err(e)?.take(&ti).map_err(e)?,
             0.0,
         )?;
@@ -400,7 +400,7 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
                 continue;
             }
             let (y, yc) = (x.copy().map_err(e)?, xc.copy().map_err(e)?);
-            y.put_(&ti.to_device(cx.gpu).map_err(e)?, &src, acc).map_err(e)?;
+            y.put_(&ti.to_device(cx.dev).map_err(e)?, &src, acc).map_err(e)?;
             yc.put_(&ti, &srcc, acc).map_err(e)?;
             same(&format!("put_ {dt} accumulate={acc}"), &y, &yc, tol_of(dt))?;
         }
@@ -413,7 +413,7 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
             sh[d] = 3;
             let (s, sc) = cx.pair(&sh, dt, 3.0).map_err(e)?;
             let (y, yc) = (x.copy().map_err(e)?, xc.copy().map_err(e)?);
-            y.index_copy_(d as isize, &ii.to_device(cx.gpu).map_err(e)?, &s).map_err(e)?;
+            y.index_copy_(d as isize, &ii.to_device(cx.dev).map_err(e)?, &s).map_err(e)?;
             yc.index_copy_(d as isize, &ii, &sc).map_err(e)?;
             same(&format!("index_copy_ {dt} dim {d}"), &y, &yc, 0.0)?;
         }
@@ -421,7 +421,7 @@ fn indexing(cx: &mut Ctx) -> std::result::Result<(), String> {
         let (s, sc) = cx.pair(&[9, 3, 5], dt, 3.0).map_err(e)?;
         let (y, yc) = (x.copy().map_err(e)?, xc.copy().map_err(e)?);
         let (st, stc) = (s.transpose(0, 2).map_err(e)?, sc.transpose(0, 2).map_err(e)?);
-        y.transpose(0, 2).map_err(e)?.index_copy_(1, &ii.to_device(cx.gpu).map_err(e)?, &st).map_err(e)?;
+        y.transpose(0, 2).map_err(e)?.index_copy_(1, &ii.to_device(cx.dev).map_err(e)?, &st).map_err(e)?;
         yc.transpose(0, 2).map_err(e)?.index_copy_(1, &ii, &stc).map_err(e)?;
         same(&format!("index_copy_ {dt} views"), &y, &yc, 0.0)?;
         let parts = [x.clone(), x.narrow(1, 2, 3).map_err(e)?];
@@ -458,7 +458,7 @@ fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
             let name = format!("rotary {dt} d{d} r{r}");
             same(&name, &x.rotary_embedding(&cos, &sin, RotaryStart::At(30)).map_err(e)?, &want, tol_of(dt))?;
             let start =
-                Tensor::from_slice(&[7i64, 30], &[2], CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
+                Tensor::from_slice(&[7i64, 30], &[2], CPU).map_err(e)?.to_device(cx.dev).map_err(e)?;
             let start = start.narrow(0, 1, 1).map_err(e)?;
             let got = x.rotary_embedding(&cos, &sin, RotaryStart::Device(&start)).map_err(e)?;
             same(&format!("{name} device start"), &got, &want, tol_of(dt))?;
@@ -480,7 +480,7 @@ fn rotary(cx: &mut Ctx) -> std::result::Result<(), String> {
     // A device start past the tables turns the rotated dims to NaN instead of reading past.
     let (x, _) = cx.pair(&[1, 2, 1, 8], DType::F32, 1.0).map_err(e)?;
     let (cos, _) = cx.pair(&[4, 4], DType::F32, 1.0).map_err(e)?;
-    let start = Tensor::from_slice(&[4i64], &[1], CPU).map_err(e)?.to_device(cx.gpu).map_err(e)?;
+    let start = Tensor::from_slice(&[4i64], &[1], CPU).map_err(e)?.to_device(cx.dev).map_err(e)?;
     let got =
         x.rotary_embedding(&cos, &cos, RotaryStart::Device(&start)).map_err(e)?.to_f64_vec().map_err(e)?;
     let want_nan: Vec<bool> = (0..16).map(|i| i % 8 < 4).collect();
@@ -495,20 +495,20 @@ fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
         let tol = if dt == DType::F8E4M3 { 0.0 } else { tol_of(dt).max(1e-6) };
         same(
             &format!("randn {dt}"),
-            &Tensor::randn(&[1001], 9, dt, cx.gpu).map_err(e)?,
+            &Tensor::randn(&[1001], 9, dt, cx.dev).map_err(e)?,
             &Tensor::randn(&[1001], 9, dt, CPU).map_err(e)?,
             tol,
         )
         .or_else(|m| if dt == DType::F8E4M3 { Ok(()) } else { Err(m) })?;
         same(
             &format!("rand {dt}"),
-            &Tensor::rand(&[1001], 9, dt, cx.gpu).map_err(e)?,
+            &Tensor::rand(&[1001], 9, dt, cx.dev).map_err(e)?,
             &Tensor::rand(&[1001], 9, dt, CPU).map_err(e)?,
             0.0,
         )?;
         same(
             &format!("full {dt}"),
-            &Tensor::full(&[3, 7], 0.3, dt, cx.gpu).map_err(e)?,
+            &Tensor::full(&[3, 7], 0.3, dt, cx.dev).map_err(e)?,
             &Tensor::full(&[3, 7], 0.3, dt, CPU).map_err(e)?,
             0.0,
         )?;
@@ -516,7 +516,7 @@ fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
     for dt in [DType::I64, DType::U8, DType::Bool] {
         same(
             &format!("full {dt}"),
-            &Tensor::full(&[5], 1.0, dt, cx.gpu).map_err(e)?,
+            &Tensor::full(&[5], 1.0, dt, cx.dev).map_err(e)?,
             &Tensor::full(&[5], 1.0, dt, CPU).map_err(e)?,
             0.0,
         )?;
@@ -533,7 +533,7 @@ fn creation(cx: &mut Ctx) -> std::result::Result<(), String> {
     for (a, b, step, dt) in ranges {
         same(
             &format!("arange {a}..{b} step {step} {dt}"),
-            &Tensor::arange(a, b, step, dt, cx.gpu).map_err(e)?,
+            &Tensor::arange(a, b, step, dt, cx.dev).map_err(e)?,
             &Tensor::arange(a, b, step, dt, CPU).map_err(e)?,
             0.0,
         )?;

@@ -71,7 +71,7 @@ fn masks(cx: &mut Ctx) -> Res {
             let (q, qc) = cx.pair(&[2, 6, l, d], dt, 1.0).map_err(e)?;
             let (k, kc) = cx.pair(&[2, 3, s, d], dt, 1.0).map_err(e)?;
             let (v, vc) = cx.pair(&[2, 3, s, d], dt, 1.0).map_err(e)?;
-            let dev = cx.gpu;
+            let dev = cx.dev;
             let gpu = |t: &Tensor| t.to_device(dev);
             // Bool [L, S]: a pattern with row 1 masked whole.
             let keep: Vec<f32> = (0..l * s)

@@ -108,7 +108,7 @@ fn softmax_special(cx: &mut Ctx) -> R {
         v[5 * r - 1] = f32::NEG_INFINITY; // row 4: one -inf
         v[5 * r..5 * r + 2 * r / 5].iter_mut().for_each(|x| *x = f32::NEG_INFINITY); // row 5: -inf chunks
         let c = Tensor::from_vec(v, &[6, r], CPU).map_err(e)?;
-        let g = c.to_device(cx.gpu).map_err(e)?;
+        let g = c.to_device(cx.dev).map_err(e)?;
         each_path(|p| {
             both(&format!("softmax special r={r} {p}"), &g, &c, 4e-6, |x| x.softmax(-1))?;
             both(&format!("log_softmax special r={r} {p}"), &g, &c, 4e-6, |x| x.log_softmax(-1))
@@ -235,7 +235,7 @@ fn bincount(cx: &mut Ctx) -> R {
     ];
     for (name, v, nbins) in inputs {
         let c = ints(v)?;
-        let g = c.to_device(cx.gpu).map_err(e)?;
+        let g = c.to_device(cx.dev).map_err(e)?;
         let m = c.numel();
         let (w32, w32c) = cx.pair(&[m], DType::F32, 1.0).map_err(e)?;
         let (w32, w32c) = (w32.abs().map_err(e)?, w32c.abs().map_err(e)?);
@@ -268,7 +268,7 @@ fn bincount(cx: &mut Ctx) -> R {
         }
     }
     let c = ints(vec![1, 1, 4, 0]).map_err(|m| m.to_string())?.to_dtype(DType::I32).map_err(e)?;
-    both("bincount i32 input", &c.to_device(cx.gpu).map_err(e)?, &c, 0.0, |x| x.bincount(None, 0))
+    both("bincount i32 input", &c.to_device(cx.dev).map_err(e)?, &c, 0.0, |x| x.bincount(None, 0))
 }
 
 fn topk(cx: &mut Ctx) -> R {
@@ -312,7 +312,7 @@ fn topk(cx: &mut Ctx) -> R {
     v[3000 + 7] = -0.0;
     v[6000..6100].iter_mut().for_each(|x| *x = 0.0);
     let c = Tensor::from_vec(v, &[3, 3000], CPU).map_err(e)?;
-    let g = c.to_device(cx.gpu).map_err(e)?;
+    let g = c.to_device(cx.dev).map_err(e)?;
     for (k, largest, dim) in
         [(64, true, -1isize), (64, false, -1), (2, true, 0), (3, false, 0), (17, true, 1)]
     {
@@ -373,7 +373,7 @@ fn router(cx: &mut Ctx) -> R {
     v[5] = f32::NAN;
     v[64] = f32::NEG_INFINITY;
     let c = Tensor::from_vec(v, &[2, 64], CPU).map_err(e)?;
-    let g = c.to_device(cx.gpu).map_err(e)?;
+    let g = c.to_device(cx.dev).map_err(e)?;
     let ((gw, gi), (cw, ci)) = (
         g.router_topk(4, Router::Softmax, None).map_err(e)?,
         c.router_topk(4, Router::Softmax, None).map_err(e)?,
@@ -391,7 +391,7 @@ fn graph_capture(cx: &mut Ctx) -> R {
     let (l, lc) = cx.pair(&[1, 128], DType::F32, 2.0).map_err(e)?;
     let (v, vc) = cx.pair(&[32, 4096], DType::F32, 1.0).map_err(e)?;
     let bc = ints((0..100_000u64).map(|i| (mix(i) % 1024) as i64).collect())?;
-    let b = bc.to_device(cx.gpu).map_err(e)?;
+    let b = bc.to_device(cx.dev).map_err(e)?;
     let run = || -> kiln::Result<Vec<Tensor>> {
         let (w, i) = l.router_topk(8, Router::Softmax, Some(0.0))?;
         let (var, mean) = v.var_mean(&[-1], 1.0, false)?;
