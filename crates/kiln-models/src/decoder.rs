@@ -18,6 +18,7 @@ use crate::layers::{Attention, Mlp, RmsNorm, Rope, WeightBytes};
 use crate::loader::{CheckpointSource, Quantize, RandomSource, WeightSource};
 use crate::moe::MoeBlock;
 use crate::short_conv::ShortConv;
+use crate::state::LayerStates;
 use kiln::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
 
@@ -181,9 +182,9 @@ impl Model {
                 }
             }
         }
-        KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?
-            .with_conv_states(&conv, dtype, device)?
-            .with_recurrent_states(&recurrent, device)
+        let states = LayerStates::new(&conv, dtype, &recurrent, device)?;
+        Ok(KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?
+            .with_states(states))
     }
 
     /// Hidden states after the final norm, `[B, T, H]`, of token ids `[B, T]` placed

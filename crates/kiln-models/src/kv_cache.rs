@@ -3,26 +3,25 @@
 //! (`copy_` into a narrowed view) and attends over a view of the filled part, so decode
 //! allocates nothing for the cache and never copies what is already there.
 //!
-//! Short-convolution layers (LFM2) and Gated DeltaNet layers (Qwen3.5) keep their states
-//! here too: the last `kernel - 1` inputs of their convolution, `[B, kernel - 1,
-//! channels]`, and the DeltaNet's recurrent state, overwritten each step.
+//! The short-convolution and Gated DeltaNet layers' states ride along
+//! ([`LayerStates`]): the cache's length says when a sequence
+//! starts and they must start from zeros.
 //!
 //! For decode steps captured in a CUDA graph ([`KvCache::track_on_device`]) the length also
 //! lives on the device: a one-token step reads its position there, writes its keys and
 //! values at it, attends over the whole cache with the device length as the key count, and
 //! advances it, so the same captured step serves every position.
 
-use kiln::{DType, Device, Error, Result, Tensor};
+use crate::state::LayerStates;
+use kiln::{DType, Device, Error, KvSlots, Result, Tensor};
 
 /// Per-sequence state of a decoder across steps, pre-allocated for `capacity` positions:
-/// keys and values of the attention layers, convolution states of the short-conv and
-/// DeltaNet layers, recurrent states of the DeltaNet layers (make one with
-/// [`Model::new_cache`](crate::Model::new_cache)).
+/// keys and values of the attention layers and the other layers' [`LayerStates`] (make
+/// one with [`Model::new_cache`](crate::Model::new_cache)).
 pub struct KvCache {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
-    conv: Vec<Tensor>,
-    recurrent: Vec<Tensor>,
+    states: LayerStates,
     len: usize,
     capacity: usize,
     device_len: Option<DeviceLen>,
@@ -63,19 +62,17 @@ impl KvCache {
         Ok(KvCache {
             keys: mk()?,
             values: mk()?,
-            conv: vec![],
-            recurrent: vec![],
+            states: LayerStates::default(),
             len: 0,
             capacity,
             device_len: None,
         })
     }
 
-    /// Adds one convolution state per shape, `[batch, taps − 1, channels]`, in the order of
-    /// the layers that own them.
-    pub fn with_conv_states(mut self, shapes: &[[usize; 3]], dtype: DType, device: Device) -> Result<Self> {
-        self.conv = shapes.iter().map(|s| Tensor::zeros(s, dtype, device)).collect::<Result<_>>()?;
-        Ok(self)
+    /// The convolution and linear-attention layers' states that ride along.
+    pub fn with_states(mut self, states: LayerStates) -> Self {
+        self.states = states;
+        self
     }
 
     /// Positions already filled.
@@ -93,46 +90,21 @@ impl KvCache {
         self.capacity
     }
 
-    /// Adds one f32 recurrent state per shape, in the order of the linear-attention layers.
-    pub fn with_recurrent_states(mut self, shapes: &[[usize; 4]], device: Device) -> Result<Self> {
-        self.recurrent =
-            shapes.iter().map(|s| Tensor::zeros(s, DType::F32, device)).collect::<Result<_>>()?;
-        Ok(self)
-    }
-
-    /// A state as this step starts from it: zeros at the start of a sequence (whatever an
-    /// earlier sequence left), else the state itself.
-    fn carried(&self, state: &Tensor) -> Result<Tensor> {
-        if self.len == 0 {
-            Tensor::zeros(state.shape(), state.dtype(), state.device())
-        } else {
-            Ok(state.clone())
-        }
-    }
-
-    /// Linear-attention layer `layer`'s recurrent state before this step.
+    /// Linear-attention layer `layer`'s recurrent state before this step (zeros at the
+    /// start of a sequence).
     pub fn recurrent_state(&self, layer: usize) -> Result<Tensor> {
-        self.carried(&self.recurrent[layer])
+        self.states.recurrent(layer, self.len == 0)
     }
 
     /// Linear-attention layer `layer`'s state, to be updated in place by this step
     /// ([`Tensor::gated_delta_step`]); zeroed first at the start of a sequence.
     pub fn recurrent_state_in_place(&self, layer: usize) -> Result<&Tensor> {
-        self.zeroed_at_start(&self.recurrent[layer])
-    }
-
-    /// `state` as a step updating it in place starts from: zeroed first at the start of a
-    /// sequence (whatever an earlier sequence left), else as it is.
-    fn zeroed_at_start<'a>(&self, state: &'a Tensor) -> Result<&'a Tensor> {
-        if self.len == 0 {
-            state.copy_(&state.zeros_like()?)?;
-        }
-        Ok(state)
+        self.states.recurrent_in_place(layer, self.len == 0)
     }
 
     /// Stores linear-attention layer `layer`'s state after this step.
     pub fn set_recurrent_state(&mut self, layer: usize, state: &Tensor) -> Result<()> {
-        self.recurrent[layer].copy_(state)
+        self.states.set_recurrent(layer, state)
     }
 
     /// Forgets the contents (a new sequence reuses the memory).
@@ -228,12 +200,21 @@ impl KvCache {
         Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
     }
 
+    /// Attention layer `layer`'s whole caches, for a kernel that writes a step's `t` keys
+    /// and values itself at the step's position ([`Tensor::rotary_into_cache`]), with the
+    /// views of them to attend over that [`append`](KvCache::append) would return.
+    pub fn slots(&self, layer: usize, t: usize) -> Result<(KvSlots<'_>, Tensor, Tensor)> {
+        let (keys, values) = (&self.keys[layer], &self.values[layer]);
+        let end = if self.device_step().is_some() { self.capacity } else { self.step_end(t)? };
+        Ok((KvSlots { keys, values }, keys.narrow(2, 0, end)?, values.narrow(2, 0, end)?))
+    }
+
     /// Convolution layer `layer`'s state for a step of `t` positions, to be updated in place
     /// ([`Tensor::causal_conv1d_update`]): the inputs before this step, `[B, width, C]`,
     /// zeroed first at the start of a sequence (the causal padding).
     pub fn conv_state(&mut self, layer: usize, t: usize) -> Result<&Tensor> {
         self.step_end(t)?;
-        self.zeroed_at_start(&self.conv[layer])
+        self.states.conv(layer, self.len == 0)
     }
 
     /// Ends a step of `t` positions: they count as filled from now on (on the device too,
@@ -249,13 +230,7 @@ impl KvCache {
 
     /// Bytes held by the cache.
     pub fn nbytes(&self) -> usize {
-        self.keys
-            .iter()
-            .chain(&self.values)
-            .chain(&self.conv)
-            .chain(&self.recurrent)
-            .map(|t| t.nbytes())
-            .sum()
+        self.keys.iter().chain(&self.values).map(|t| t.nbytes()).sum::<usize>() + self.states.nbytes()
     }
 }
 

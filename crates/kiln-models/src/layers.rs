@@ -11,7 +11,7 @@ use crate::fp8_weight::Fp8Weight;
 use crate::kv_cache::KvCache;
 use crate::loader::WeightSource;
 use kiln::fp8::Granularity;
-use kiln::{DType, Device, HeadNorm, Result, RotaryStart, Sdpa, Tensor};
+use kiln::{DType, Device, HeadNorm, KvSlots, Result, RotaryStart, Sdpa, Tensor};
 
 /// The `[out, in]` weight of a linear layer, as stored (`x @ weight.T`).
 #[derive(Clone, Debug)]
@@ -347,6 +347,20 @@ impl Rope {
         self.cos.shape()[0]
     }
 
+    /// [`Rope::apply`] of a projection's heads `[B, q_heads + 2·kv_heads, T, D]`: returns
+    /// the queries turned, and writes the keys turned and the values to `cache` at the
+    /// step's positions, in the same launch ([`Tensor::rotary_into_cache`]).
+    pub fn apply_into_cache(
+        &self,
+        heads: &Tensor,
+        q_heads: usize,
+        start: RotaryStart,
+        norm: Option<HeadNorm>,
+        cache: KvSlots,
+    ) -> Result<Tensor> {
+        heads.rotary_into_cache(q_heads, norm, &self.cos, &self.sin, start, cache)
+    }
+
     /// Rotates `x` `[B, heads, T, D]` whose first token sits at `start`: a position, or one
     /// read on the device from an int64 `[1]` (a captured step turns its token by wherever
     /// it is replayed). With `norm`, each head is RMS-normed first, in the same launch.
@@ -424,20 +438,25 @@ impl Attention {
         let fused = norms.is_none_or(|(qn, kn)| {
             qn.eps == kn.eps && qn.weight.dtype() == x.dtype() && kn.weight.dtype() == x.dtype()
         });
-        let (q, k) = if gate.is_none() && fused {
-            // q's heads, then k's: one launch normalises (Qwen3) and turns both.
+        let (q, keys, values) = if gate.is_none() && fused {
+            // q's heads, k's, v's: one launch normalises (Qwen3) and turns q and k, and writes
+            // k and v to the cache.
             let norm =
                 norms.map(|(qn, kn)| HeadNorm { weights: [&qn.weight, &kn.weight], split: hq, eps: qn.eps });
-            let qk = rope.apply(&heads.narrow(2, 0, hq + hkv)?.transpose(1, 2)?, start, norm)?;
-            (qk.narrow(1, 0, hq)?, qk.narrow(1, hq, hkv)?)
+            let (slots, keys, values) = cache.slots(layer, t)?;
+            (rope.apply_into_cache(&heads.transpose(1, 2)?, hq, start, norm, slots)?, keys, values)
         } else {
             if let Some((qn, kn)) = norms {
                 q = qn.forward(&q)?;
                 k = kn.forward(&k)?;
             }
-            (rope.apply(&q.transpose(1, 2)?, start, None)?, rope.apply(&k.transpose(1, 2)?, start, None)?)
+            let (q, k) = (
+                rope.apply(&q.transpose(1, 2)?, start, None)?,
+                rope.apply(&k.transpose(1, 2)?, start, None)?,
+            );
+            let (keys, values) = cache.append(layer, &k, &v.transpose(1, 2)?)?;
+            (q, keys, values)
         };
-        let (keys, values) = cache.append(layer, &k, &v.transpose(1, 2)?)?;
         // Prefill: query i, at position pos + i, sees keys 0..=pos + i (bottom-right), as an
         // offset the kernels read (no [T, pos + T] mask); one query sees the whole cache.
         let kv_len = step.as_ref().map(|s| &s.kv_len);

@@ -1,6 +1,7 @@
 //! Model families built on kiln tensors: Hugging Face checkpoint loading (config,
 //! safetensors, tokenizer, chat template; Hub ids from the Hugging Face cache), the Llama /
-//! Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a pre-allocated KV cache, on-device
+//! Qwen3 / Qwen3-MoE / LFM2-MoE / Qwen3.5-MoE decoders, a pre-allocated KV cache and the
+//! convolution / recurrent layer states, on-device
 //! sampling, decode steps replayed as CUDA graphs and the generate loop; the Wan video VAE.
 
 pub mod causal_conv;
@@ -23,6 +24,7 @@ pub mod loader;
 pub mod moe;
 pub mod sampling;
 pub mod short_conv;
+pub mod state;
 pub mod tokenizer;
 pub mod wan_vae;
 

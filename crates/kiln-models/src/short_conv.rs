@@ -60,6 +60,7 @@ impl ShortConv {
 mod tests {
     use super::*;
     use crate::loader::RandomSource;
+    use crate::state::LayerStates;
     use kiln::{DType, Device};
 
     /// The fixture LFM2 config and one short-conv layer of seeded random f64 weights.
@@ -73,10 +74,8 @@ mod tests {
     }
 
     fn cache(cfg: &Config, capacity: usize) -> KvCache {
-        KvCache::new(0, 1, 1, capacity, 1, DType::F64, Device::Cpu)
-            .unwrap()
-            .with_conv_states(&[[1, 2, cfg.hidden_size]], DType::F64, Device::Cpu)
-            .unwrap()
+        let states = LayerStates::new(&[[1, 2, cfg.hidden_size]], DType::F64, &[], Device::Cpu).unwrap();
+        KvCache::new(0, 1, 1, capacity, 1, DType::F64, Device::Cpu).unwrap().with_states(states)
     }
 
     /// The prompt path equals F.conv1d's definition (zero left padding, cross-correlation),

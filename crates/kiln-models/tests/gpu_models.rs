@@ -10,7 +10,7 @@ use kiln_models::{golden, wan_vae};
 
 fn case(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let dir = kiln_models::config::fixtures_dir().join("models").join(arch);
-    let r = golden::check(&dir, cx.gpu, dtype).map_err(kiln::testing::e)?;
+    let r = golden::check(&dir, cx.dev, dtype).map_err(kiln::testing::e)?;
     println!("      {arch} {dtype}: max |Δlogit| {:.2e}, greedy {:?}", r.max_logit_err, r.greedy);
     golden::verdict(&r, dtype)
 }
@@ -18,7 +18,7 @@ fn case(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
 /// 64 greedy tokens replayed as a CUDA graph are the 64 of eager decoding, token for token.
 fn graph_vs_eager(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let dir = kiln_models::config::fixtures_dir().join("models").join(arch);
-    let model = kiln_models::Model::load(&dir, cx.gpu, dtype).map_err(kiln::testing::e)?;
+    let model = kiln_models::Model::load(&dir, cx.dev, dtype).map_err(kiln::testing::e)?;
     let prompt = [1u32, 7, 42, 3, 99, 5];
     let run = |eager: bool| {
         let opts = kiln_models::GenerateOptions { eager, ..kiln_models::GenerateOptions::greedy(64, vec![]) };
@@ -40,7 +40,7 @@ fn graph_vs_eager(arch: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
 /// A Wan VAE fixture through the same `wan_vae::check` as the CPU test.
 fn vae(name: &str, dtype: DType, cx: &Ctx) -> Result<(), String> {
     let dir = kiln_models::config::fixtures_dir().join("vae").join(name);
-    let r = wan_vae::check(&dir, cx.gpu, dtype).map_err(kiln::testing::e)?;
+    let r = wan_vae::check(&dir, cx.dev, dtype).map_err(kiln::testing::e)?;
     println!("      {name} {dtype}: PSNR {:.1} / {:.1} / {:.1} dB", r.decoded, r.encoded, r.roundtrip);
     wan_vae::verdict(&r, dtype)
 }

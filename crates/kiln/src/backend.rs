@@ -62,6 +62,22 @@ pub(crate) struct RotaryNorm<'a, B: Backend + ?Sized> {
     pub eps: f64,
 }
 
+/// KV caches `[B, kv_heads, capacity, D]` (contiguous) that take the key and value heads of
+/// a rotary input `[B, q_heads + 2·kv_heads, T, D]` at positions start + t; the queries
+/// alone go to the output. The kernel writes them in place.
+pub(crate) struct RotaryCache<'a, B: Backend + ?Sized> {
+    /// The key cache.
+    pub keys: &'a B::Buf,
+    /// The value cache.
+    pub values: &'a B::Buf,
+    /// Query heads of the input (its first ones).
+    pub q_heads: usize,
+    /// Key (and value) heads.
+    pub kv_heads: usize,
+    /// Positions each cache holds.
+    pub capacity: usize,
+}
+
 /// Every op a backend computes. Inputs arrive checked (shapes, dtypes, devices, index
 /// ranges where the host can see them); a method only computes, into fresh buffers unless
 /// it says it writes in place.
@@ -221,14 +237,17 @@ pub(crate) trait Backend {
     fn matmul(x: &Self::Buf, xl: &Layout, y: &Self::Buf, yl: &Layout, dt: DType) -> Result<Self::Buf>;
     /// `x` (`xl`, `[.., T, D]`; `[.., H, T, D]` with `norm`) turned by the dense tables
     /// `cos` / `sin` `[positions, r]` from `start`, each head row first RMS-normed if
-    /// `norm` says so: a fresh contiguous buffer. A fused norm or a head dim past what the
-    /// backend's kernel takes is an error naming `op` (`ops/rotary.rs` composes those).
+    /// `norm` says so: a fresh contiguous buffer; with `cache`, of the query heads only (the
+    /// turned keys and the values go to the cache). A fused norm or cache write, or a head
+    /// dim past what the backend's kernel takes, is an error naming `op` (`ops/rotary.rs`
+    /// composes those).
     #[allow(clippy::too_many_arguments)]
     fn rotary(
         op: &'static str,
         x: &Self::Buf,
         xl: &Layout,
         norm: Option<RotaryNorm<'_, Self>>,
+        cache: Option<RotaryCache<'_, Self>>,
         tables: [&Self::Buf; 2],
         positions: usize,
         r: usize,

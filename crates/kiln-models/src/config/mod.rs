@@ -447,11 +447,7 @@ impl GenerationConfig {
 /// The PyTorch / transformers / diffusers ground truth: `$KILN_FIXTURES`, else the
 /// repository's own `fixtures/` (a copy of the shared fixtures, so a fresh clone tests itself).
 pub fn fixtures_dir() -> std::path::PathBuf {
-    kiln::settings::FIXTURES
-        .get()
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"))
+    kiln::testing::fixtures::default_dir()
 }
 
 #[cfg(test)]

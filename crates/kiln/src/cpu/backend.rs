@@ -2,7 +2,7 @@
 //! signatures. Indices are read on the host, so they are range-checked here.
 
 use super::{cast, index, CpuBuffer};
-use crate::backend::{At, Backend, RotaryNorm, RotaryStart, ScaledMm};
+use crate::backend::{At, Backend, RotaryCache, RotaryNorm, RotaryStart, ScaledMm};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::ops::{BinaryOp, Gather, RandKind, ReduceOp, Reduction, Scatter, UnaryOp};
@@ -260,13 +260,14 @@ impl Backend for Cpu {
         x: &CpuBuffer,
         xl: &Layout,
         norm: Option<RotaryNorm<'_, Self>>,
+        cache: Option<RotaryCache<'_, Self>>,
         [cos, sin]: [&CpuBuffer; 2],
         positions: usize,
         r: usize,
         start: RotaryStart<'_, Self>,
         dt: DType,
     ) -> Result<CpuBuffer> {
-        if norm.is_some() {
+        if norm.is_some() || cache.is_some() {
             return Err(Error::NotImplemented { op, device: Device::Cpu, dtype: dt });
         }
         let p = match start {

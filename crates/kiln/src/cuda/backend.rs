@@ -4,7 +4,7 @@
 
 use super::ops;
 use super::DeviceBuffer;
-use crate::backend::{At, Backend, RotaryNorm, RotaryStart, ScaledMm};
+use crate::backend::{At, Backend, RotaryCache, RotaryNorm, RotaryStart, ScaledMm};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::ops::{BinaryOp, Gather, RandKind, ReduceOp, Reduction, Scatter, UnaryOp};
@@ -224,6 +224,7 @@ impl Backend for Cuda {
         x: &DeviceBuffer,
         xl: &Layout,
         norm: Option<RotaryNorm<'_, Self>>,
+        cache: Option<RotaryCache<'_, Self>>,
         [cos, sin]: [&DeviceBuffer; 2],
         positions: usize,
         r: usize,
@@ -234,7 +235,7 @@ impl Backend for Cuda {
         if d > max_d {
             return Err(Error::bad_shape(op, format!("rows of {d} past the CUDA kernel's {max_d}")));
         }
-        ops::rotary(x, xl, norm, cos, sin, positions, r, start, dt)
+        ops::rotary(x, xl, norm, cache, cos, sin, positions, r, start, dt)
     }
 
     fn scaled_mm(p: ScaledMm<'_, Self>) -> Result<DeviceBuffer> {

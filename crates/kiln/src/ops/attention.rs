@@ -228,6 +228,7 @@ fn prefill_kernel(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) 
 /// (`enable_gqa`), the last dim contiguous.
 fn cpu_decode(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> Result<Option<Tensor>> {
     use crate::cpu::attention::{decode, Shape, View};
+    use half::{bf16, f16};
     let [qs, ks, vs] = [q, k, v].map(|t| t.shape());
     let fits = q.device() == crate::Device::Cpu
         && o.attn_mask.is_none()
@@ -246,24 +247,29 @@ fn cpu_decode(q: &Tensor, k: &Tensor, v: &Tensor, o: &Sdpa<'_>, scale: f64) -> R
         None => sh.s,
     };
     let dt = q.dtype();
-    // f32 operands as they lie; other floats widened once (a copy of the cache's view).
-    let [q, k, v] =
-        [q, k, v].map(|t| if t.dtype() == DType::F32 { Ok(t.clone()) } else { t.to_dtype(DType::F32) });
-    let (q, k, v) = (q?, k?, v?);
-    let [q, k, v] = [q, k, v].map(|t| if t.layout().strides[3] == 1 { Ok(t) } else { t.contiguous() });
+    // The queries in f32 (a few rows); keys and values as they lie when f32, bf16 or f16
+    // (the kernel widens them as it reads), else widened once (f64).
+    let cache_dt = if matches!(dt, DType::F32 | DType::BF16 | DType::F16) { dt } else { DType::F32 };
+    let q = q.to_dtype(DType::F32)?;
+    let [k, v] = [k, v].map(|t| t.to_dtype(cache_dt));
+    let [q, k, v] = [q, k?, v?].map(|t| if t.layout().strides[3] == 1 { Ok(t) } else { t.contiguous() });
     let (q, k, v) = (q?, k?, v?);
     let (gq, gk, gv) = (q.read(), k.read(), v.read());
     let (bq, bk, bv) = (buf::<Cpu>(&gq, OP)?, buf::<Cpu>(&gk, OP)?, buf::<Cpu>(&gv, OP)?);
-    fn view<'a>(t: &Tensor, b: &'a crate::cpu::CpuBuffer) -> View<'a> {
+    fn view<'a, T: crate::Elem>(t: &Tensor, b: &'a crate::cpu::CpuBuffer) -> View<'a, T> {
         let l = t.layout();
         View {
-            data: b.as_slice::<f32>(),
+            data: b.as_slice::<T>(),
             offset: l.offset,
             strides: [l.strides[0], l.strides[1], l.strides[2]],
         }
     }
-    let (vq, vk, vv) = (view(&q, bq), view(&k, bk), view(&v, bv));
-    let y = decode(&vq, &vk, &vv, sh, keys, o.is_causal, scale as f32);
+    let (vq, causal, scale) = (view::<f32>(&q, bq), o.is_causal, scale as f32);
+    let y = match cache_dt {
+        DType::BF16 => decode(&vq, &view::<bf16>(&k, bk), &view(&v, bv), sh, keys, causal, scale),
+        DType::F16 => decode(&vq, &view::<f16>(&k, bk), &view(&v, bv), sh, keys, causal, scale),
+        _ => decode(&vq, &view::<f32>(&k, bk), &view(&v, bv), sh, keys, causal, scale),
+    };
     Tensor::from_vec(y, &[sh.b, sh.hq, sh.l, sh.ev], q.device())?.to_dtype(dt).map(Some)
 }
 

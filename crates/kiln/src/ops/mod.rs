@@ -41,7 +41,7 @@ pub(crate) use index::{wrap_index, Gather};
 pub use interpolate::{InterpolateMode, Resize};
 pub use loss::Reduction;
 pub use pad::PadMode;
-pub use rotary::{HeadNorm, RotaryStart};
+pub use rotary::{HeadNorm, KvSlots, RotaryStart};
 pub use topk::Router;
 
 /// `scale_a` / `scale_b` shapes `torch._scaled_mm` accepts (`Tensor::scaled_mm`, which tells

@@ -1,8 +1,12 @@
 //! Rotary position embedding (`Tensor::rotary_embedding`): transformers'
 //! `apply_rotary_pos_emb` for one tensor, as one kernel on CUDA; `Tensor::rms_norm_rotary`
-//! puts each head's RMS norm in front (Qwen3's q / k norms), one kernel for q and k.
+//! puts each head's RMS norm in front (Qwen3's q / k norms), one kernel for q and k;
+//! `Tensor::rotary_into_cache` also writes the keys and values to a KV cache in that kernel.
 
-use crate::backend::{buf, on_backend, Backend, RotaryNorm as BackendNorm, RotaryStart as BackendStart};
+use crate::backend::{
+    buf, on_backend, Backend, RotaryCache as BackendCache, RotaryNorm as BackendNorm,
+    RotaryStart as BackendStart,
+};
 use crate::error::{Error, Result};
 use crate::{DType, Tensor};
 
@@ -30,7 +34,102 @@ pub struct HeadNorm<'a> {
     pub eps: f64,
 }
 
+/// The KV cache that [`Tensor::rotary_into_cache`] writes: keys and values
+/// `[B, kv_heads, capacity, D]`, each a whole contiguous tensor of the input's dtype.
+#[derive(Clone, Copy)]
+pub struct KvSlots<'a> {
+    /// The key cache.
+    pub keys: &'a Tensor,
+    /// The value cache.
+    pub values: &'a Tensor,
+}
+
 impl Tensor {
+    /// `self` `[B, Hq + 2·Hkv, T, D]` is a projection's query, key and value heads: the
+    /// queries and keys are turned as by [`Tensor::rotary_embedding`] (after their RMS norms
+    /// with `norm`, whose `split` must be Hq), the keys and the values are written to `cache`
+    /// at positions `start..start + T`, and the queries `[B, Hq, T, D]` are returned. The
+    /// same as the rotary op on the first Hq + Hkv heads and two copies into the caches; one
+    /// kernel on CUDA, where a position past the cache read from a [`RotaryStart::Device`]
+    /// tensor writes nothing (one known on the host is an error).
+    pub fn rotary_into_cache(
+        &self,
+        q_heads: usize,
+        norm: Option<HeadNorm>,
+        cos: &Tensor,
+        sin: &Tensor,
+        start: RotaryStart,
+        cache: KvSlots,
+    ) -> Result<Tensor> {
+        const OP: &str = "rotary_into_cache";
+        let shape = self.shape();
+        let kv_shape = cache.keys.shape();
+        let fits = shape.len() == 4
+            && kv_shape.len() == 4
+            && cache.values.shape() == kv_shape
+            && kv_shape[0] == shape[0]
+            && kv_shape[3] == shape[3]
+            && shape[1] == q_heads + 2 * kv_shape[1];
+        if !fits {
+            return Err(Error::bad_shape(
+                OP,
+                format!(
+                    "x {shape:?} must be [B, {q_heads} + 2·Hkv, T, D] with caches [B, Hkv, capacity, D] \
+                     (keys {kv_shape:?}, values {:?})",
+                    cache.values.shape()
+                ),
+            ));
+        }
+        let (hkv, t, capacity) = (kv_shape[1], shape[2], kv_shape[2]);
+        for c in [cache.keys, cache.values] {
+            self.check_same_device(c, OP)?;
+            if c.dtype != self.dtype {
+                return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: c.dtype });
+            }
+            if !c.is_contiguous() || c.layout.offset != 0 {
+                return Err(Error::invalid(OP, "the caches must be whole contiguous tensors"));
+            }
+        }
+        if let Some(n) = norm.filter(|n| n.split != q_heads) {
+            return Err(Error::invalid(
+                OP,
+                format!("the norm's split {} must be the {q_heads} query heads", n.split),
+            ));
+        }
+        let host_start = match start {
+            RotaryStart::At(p) => Some(p),
+            RotaryStart::Device(s) if !s.device.is_cuda() && s.numel() == 1 => {
+                usize::try_from(s.item()? as i64).ok()
+            }
+            RotaryStart::Device(_) => None,
+        };
+        if let Some(p) = host_start.filter(|&p| p + t > capacity) {
+            return Err(Error::bad_shape(
+                OP,
+                format!("positions {p}..{} past the cache's {capacity}", p + t),
+            ));
+        }
+        let qk = self.narrow(1, 0, q_heads + hkv)?;
+        if !self.device.is_cuda() {
+            // The reference: the rotary op and two copies.
+            let turned = match norm {
+                Some(n) => qk.rms_norm_rotary(n, cos, sin, start)?,
+                None => qk.rotary_embedding(cos, sin, start)?,
+            };
+            let p = host_start.ok_or_else(|| Error::invalid(OP, "start must be one int64 >= 0"))?;
+            cache.keys.narrow(2, p, t)?.copy_(&turned.narrow(1, q_heads, hkv)?)?;
+            cache.values.narrow(2, p, t)?.copy_(&self.narrow(1, q_heads + hkv, hkv)?)?;
+            return turned.narrow(1, 0, q_heads);
+        }
+        let dense = norm.map(|n| n.weights.map(|w| w.dense()));
+        let weights = match dense {
+            Some([w0, w1]) => Some([w0?, w1?]),
+            None => None,
+        };
+        let norm = norm.zip(weights.as_ref()).map(|(n, [w0, w1])| HeadNorm { weights: [w0, w1], ..n });
+        self.rotary(OP, norm, cos, sin, start, Some((cache, q_heads)))
+    }
+
     /// `x · cos + rotate_half(x) · sin` over the first `R` dims of each `[.., T, D]` row of
     /// `self`, the rest passed through (partial rotary), with `cos` / `sin` `[P, R]` tables
     /// (transformers' layout: each half of a row holds the same frequencies) indexed by the
@@ -39,7 +138,7 @@ impl Tensor {
     /// rounding; contiguous output. A position past the tables is an error, except one read
     /// on CUDA from a [`RotaryStart::Device`] tensor, which turns that row to NaN.
     pub fn rotary_embedding(&self, cos: &Tensor, sin: &Tensor, start: RotaryStart) -> Result<Tensor> {
-        self.rotary("rotary_embedding", None, cos, sin, start)
+        self.rotary("rotary_embedding", None, cos, sin, start, None)
     }
 
     /// [`Tensor::rotary_embedding`] of `self` `[.., H, T, D]` after `rms_norm` of each `[D]`
@@ -83,14 +182,15 @@ impl Tensor {
                 ],
                 rank - 3,
             )?;
-            return normed.rotary("rms_norm_rotary", None, cos, sin, start);
+            return normed.rotary("rms_norm_rotary", None, cos, sin, start, None);
         }
         let [w0, w1] = norm.weights.map(|w| w.dense());
         let (w0, w1) = (w0?, w1?);
-        self.rotary(OP, Some(HeadNorm { weights: [&w0, &w1], ..norm }), cos, sin, start)
+        self.rotary(OP, Some(HeadNorm { weights: [&w0, &w1], ..norm }), cos, sin, start, None)
     }
 
-    /// Both ops: checks, then the backend (`norm` only on CUDA, which fuses it).
+    /// The three ops: checks, then the backend (`norm` and `cache`, with the query heads,
+    /// only on CUDA, which fuses them).
     fn rotary(
         &self,
         op: &'static str,
@@ -98,6 +198,7 @@ impl Tensor {
         cos: &Tensor,
         sin: &Tensor,
         start: RotaryStart,
+        cache: Option<(KvSlots, usize)>,
     ) -> Result<Tensor> {
         if !matches!(self.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
             return Err(Error::DTypeNotSupported { op, got: self.dtype, expected: "f16, bf16, f32 or f64" });
@@ -158,6 +259,10 @@ impl Tensor {
             _ => None,
         };
         let norm_guards = norm.map(|n| (n.weights.map(|w| w.read()), n));
+        let cache_guards = match cache {
+            Some((c, _)) => Some((c.keys.write(op)?, c.values.write(op)?)),
+            None => None,
+        };
         let storage = on_backend!(&*self.read(), |B, x| {
             let at = match (&start_guard, host_start) {
                 (Some((g, offset)), _) => BackendStart::Device(buf::<B>(g, op)?, *offset),
@@ -170,9 +275,21 @@ impl Tensor {
                 }
                 None => None,
             };
+            let cache = match (&cache_guards, cache) {
+                (Some((kg, vg)), Some((c, q_heads))) => {
+                    let (keys, values) = (buf::<B>(kg, op)?, buf::<B>(vg, op)?);
+                    let (kv_heads, capacity) = (c.keys.shape()[1], c.keys.shape()[2]);
+                    Some(BackendCache { keys, values, q_heads, kv_heads, capacity })
+                }
+                _ => None,
+            };
             let tables = [buf::<B>(&cg, op)?, buf::<B>(&sg, op)?];
-            B::wrap(B::rotary(op, x, &self.layout, norm, tables, positions, r, at, self.dtype)?)
+            B::wrap(B::rotary(op, x, &self.layout, norm, cache, tables, positions, r, at, self.dtype)?)
         });
-        Ok(Tensor::from_storage(storage, self.shape(), self.dtype, self.device))
+        let mut shape = self.shape().to_vec();
+        if let Some((_, q_heads)) = cache {
+            shape[1] = q_heads;
+        }
+        Ok(Tensor::from_storage(storage, &shape, self.dtype, self.device))
     }
 }

@@ -30,6 +30,8 @@
 #define AD_STAGES 2
 // Splits a group may have (the merge kernel's weights live in shared memory).
 #define AD_MAX_SPLITS 64
+// Key tiles a split takes at least (2 per warp, so its cp.async stages overlap).
+#define AD_MIN_TILES 8
 
 // exp2(a - b) with exp2(-inf - -inf) = 0 (a state that has seen no key weighs nothing).
 __device__ __forceinline__ float ad_weight(float a, float b) { return a == -kiln_inf() ? 0.f : exp2f(a - b); }
@@ -43,6 +45,19 @@ struct AdArgs {
     int splits;            // blocks per group
     float scale_log2;      // scale · log2(e)
 };
+
+// The splits that a group's n keys use: a.splits (set at launch from the view's S keys) or
+// fewer, so that each takes AD_MIN_TILES tiles. A graph captured for a long cache then
+// neither runs near-empty blocks at a short context nor merges their states.
+__device__ __forceinline__ int ad_used_splits(int n, const AdArgs& a) {
+    const int tiles = (n + AD_KEYS - 1) / AD_KEYS;
+    return max(1, min(a.splits, (tiles + AD_MIN_TILES - 1) / AD_MIN_TILES));
+}
+
+// The keys that count: min(*len, S) when the length is on the device, else S.
+__device__ __forceinline__ int ad_keys(const int* len, i64 zero, const AdArgs& a) {
+    return len ? max(0, min(*(const volatile int*)(len + zero), a.s)) : a.s;
+}
 
 // A group's place: its row tile, KV head and batch, its first row and how many it has (ad_out
 // gives the output of that first row).
@@ -91,12 +106,12 @@ __device__ void attention_decode(const T* q, const T* k, const T* v, const int* 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int split = blockIdx.x % a.splits;
     const AdGroup x = ad_group(blockIdx.x / a.splits, a);
-    int n = a.s;
-    if (len) n = max(0, min(*(const volatile int*)(len + zero), a.s));
-    // This block's key tiles [t0, t1) of ceil(n / 16), balanced over the splits; this
+    const int n = ad_keys(len, zero, a), used = ad_used_splits(n, a);
+    if (split >= used) return;
+    // This block's key tiles [t0, t1) of ceil(n / 16), balanced over the used splits; this
     // warp's are t0 + warp + AD_WARPS·i, i < mine.
     const int tiles = (n + AD_KEYS - 1) / AD_KEYS;
-    const int t0 = (int)((i64)tiles * split / a.splits), t1 = (int)((i64)tiles * (split + 1) / a.splits);
+    const int t0 = (int)((i64)tiles * split / used), t1 = (int)((i64)tiles * (split + 1) / used);
     const int mine = t1 - t0 > warp ? (t1 - t0 - warp + AD_WARPS - 1) / AD_WARPS : 0;
 
     for (int e = threadIdx.x; e < AD_ROWS * D; e += AD_THREADS) {
@@ -245,36 +260,38 @@ struct __align__(16) AdF4 { float v[4]; };
 // The splits of a group → its output, a block per (group, row): warp 0 weighs the splits,
 // exp2(max − top) / Σ sum · exp2(max − top); then each thread sums a 4-float slice of the
 // row over every SL-th split (loads of many splits in flight), the SL partial slices meet
-// in shared memory. Splits that saw no key weigh 0 and are not read.
-template <typename T, int D> __device__ void attention_decode_merge(const float* part, const float* ml, T* out, AdArgs a) {
+// in shared memory. Only the used splits are read; those that saw no key weigh 0.
+template <typename T, int D>
+__device__ void attention_decode_merge(const float* part, const float* ml, const int* len, T* out, AdArgs a) {
     constexpr int CH = D / 4, SL = AD_THREADS / CH;
     __shared__ float wt[AD_MAX_SPLITS];
     __shared__ AdF4 slice[SL][CH];
-    kiln_after_previous_kernel();
+    const i64 zero = kiln_wait_previous_kernel();
     const int group = blockIdx.x / AD_ROWS, r = blockIdx.x % AD_ROWS;
     const AdGroup x = ad_group(group, a);
     if (r >= x.here) return;
+    const int used = ad_used_splits(ad_keys(len, zero, a), a);
     const i64 first = (i64)group * a.splits * AD_ROWS + r;  // (group, split 0, row r)
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         float top = -kiln_inf();
-        for (int s = lane; s < a.splits; s += 32) top = fmaxf(top, ml[2 * (first + s * AD_ROWS)]);
+        for (int s = lane; s < used; s += 32) top = fmaxf(top, ml[2 * (first + s * AD_ROWS)]);
         top = warp_max(top);
         float den = 0.f;
-        for (int s = lane; s < a.splits; s += 32) {
+        for (int s = lane; s < used; s += 32) {
             const i64 at = first + s * AD_ROWS;
             den += ml[2 * at + 1] * ad_weight(ml[2 * at], top);
         }
         den = warp_sum(den);
         const float inv = den > 0.f ? 1.f / den : 0.f;
-        for (int s = lane; s < a.splits; s += 32) wt[s] = ad_weight(ml[2 * (first + s * AD_ROWS)], top) * inv;
+        for (int s = lane; s < used; s += 32) wt[s] = ad_weight(ml[2 * (first + s * AD_ROWS)], top) * inv;
     }
     __syncthreads();
     const int c = threadIdx.x % CH, sl = threadIdx.x / CH;
     if (sl < SL) {
         AdF4 acc = {{0.f, 0.f, 0.f, 0.f}};
 #pragma unroll 4
-        for (int s = sl; s < a.splits; s += SL) {
+        for (int s = sl; s < used; s += SL) {
             const float w = wt[s];
             if (w == 0.f) continue;
             const AdF4 p = ((const AdF4*)(part + (first + (i64)s * AD_ROWS) * D))[c];
@@ -301,8 +318,8 @@ template <typename T, int D> __device__ void attention_decode_merge(const float*
         attention_decode<T, D>(q, k, v, len, out, part, ml, a);                                                 \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(AD_THREADS) attention_decode_merge_##S##_d##D(                 \
-        const float* part, const float* ml, T* out, AdArgs a) {                                                 \
-        attention_decode_merge<T, D>(part, ml, out, a);                                                         \
+        const float* part, const float* ml, const int* len, T* out, AdArgs a) {                                 \
+        attention_decode_merge<T, D>(part, ml, len, out, a);                                                    \
     }
 #define KILN_AD_DIMS(S, T) KILN_AD(S, T, 64) KILN_AD(S, T, 80) KILN_AD(S, T, 96) KILN_AD(S, T, 128) KILN_AD(S, T, 256)
 KILN_AD_DIMS(bf16, kbf) KILN_AD_DIMS(f16, kh)

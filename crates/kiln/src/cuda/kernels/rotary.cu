@@ -20,12 +20,26 @@
 // finds its rotate_half partner. A decode step's q and k (tens of rows) are then a few
 // dependent loads deep instead of several integer divisions per element.
 
+//
+// With a cache (`kv.k` set), x is a projection's heads [B, Hq + 2·Hkv, T, D]: query rows go
+// to out [B, Hq, T, D], key rows (normed and turned as the queries) and value rows (as
+// they are) to the caches [B, Hkv, cap, D] at positions start + t, so a decode step writes
+// its keys and values in this launch rather than in two more. A position past the cache
+// (only through `start_ptr`) writes nothing.
+
 #define RT_WARPS 8
+
+template <typename T> struct RtCache {
+    T* k;
+    T* v;
+    i64 hq, hkv, cap;
+};
 
 template <typename T, bool NORM>
 __device__ __forceinline__ void rotary_rows(const T* x, Strided sx, const T* w0, const T* w1, i64 split, i64 H,
                                             double eps, const T* cos, const T* sin, i64 positions, int R,
-                                            const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 rows) {
+                                            const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 rows,
+                                            RtCache<T> kv) {
     typedef typename Acc<T>::type A;
     extern __shared__ unsigned char rt_smem[];
     kiln_after_previous_kernel();
@@ -34,6 +48,20 @@ __device__ __forceinline__ void rotary_rows(const T* x, Strided sx, const T* w0,
     const i64 last = sx.strides[sx.rank - 1];
     A* buf = reinterpret_cast<A*>(rt_smem) + (i64)warp * D;
     for (i64 row = (i64)blockIdx.x * RT_WARPS + warp; row < rows; row += (i64)gridDim.x * RT_WARPS) {
+        const i64 p = start + row % T_len;
+        T* dst = out + row * D;
+        bool turn = true;
+        if (kv.k) {
+            const i64 h = (row / T_len) % H, b = row / (T_len * H);
+            if (h < kv.hq) {
+                dst = out + ((b * kv.hq + h) * T_len + row % T_len) * D;
+            } else {
+                if (p < 0 || p >= kv.cap) continue;  // the whole warp: one row
+                const i64 hk = h - kv.hq;
+                turn = hk < kv.hkv;
+                dst = (turn ? kv.k : kv.v) + ((b * kv.hkv + hk % kv.hkv) * kv.cap + p) * D;
+            }
+        }
         const i64 src = strided_offset(sx, row * D);
         A ss = 0;
         for (int j = lane; j < D; j += 32) {
@@ -41,18 +69,17 @@ __device__ __forceinline__ void rotary_rows(const T* x, Strided sx, const T* w0,
             buf[j] = v;
             ss += v * v;
         }
-        if constexpr (NORM) {
+        if (NORM && turn) {
             ss = warp_sum(ss);
             const A inv = (A)1 / sqrt(ss / (A)D + (A)eps);
             const T* w = (row / T_len) % H < split ? w0 : w1;
             for (int j = lane; j < D; j += 32) buf[j] = up<A>(down<T>(buf[j] * inv * up<A>(w[j])));
         }
         __syncwarp();
-        const i64 p = start + row % T_len;
         const bool off_table = p < 0 || p >= positions;
         for (int j = lane; j < D; j += 32) {
             A o = buf[j];
-            if (j < R) {
+            if (turn && j < R) {
                 if (off_table) {
                     o = (A)kiln_nan();
                 } else {
@@ -60,7 +87,7 @@ __device__ __forceinline__ void rotary_rows(const T* x, Strided sx, const T* w0,
                     o = o * up<A>(cos[p * R + j]) + (j < half ? -partner : partner) * up<A>(sin[p * R + j]);
                 }
             }
-            out[row * D + j] = down<T>(o);
+            dst[j] = down<T>(o);
         }
         __syncwarp();  // the next row reuses buf
     }
@@ -69,16 +96,17 @@ __device__ __forceinline__ void rotary_rows(const T* x, Strided sx, const T* w0,
 #define KILN_ROTARY(S, T)                                                                              \
     extern "C" __global__ void __launch_bounds__(32 * RT_WARPS)                                        \
         rotary_##S(const T* x, Strided sx, const T* cos, const T* sin, i64 positions, int R,           \
-                   const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 rows) {           \
-        rotary_rows<T, false>(x, sx, nullptr, nullptr, 0, 1, 0.0, cos, sin, positions, R, start_ptr, start_at, \
-                              out, T_len, D, rows);                                                    \
+                   const i64* start_ptr, i64 start_at, T* out, i64 T_len, int D, i64 rows,             \
+                   i64 H, RtCache<T> kv) {                                                             \
+        rotary_rows<T, false>(x, sx, nullptr, nullptr, 0, H, 0.0, cos, sin, positions, R, start_ptr, start_at, \
+                              out, T_len, D, rows, kv);                                                \
     }                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * RT_WARPS)                                        \
         norm_rotary_##S(const T* x, Strided sx, const T* w0, const T* w1, i64 split, i64 H, double eps, \
                         const T* cos, const T* sin, i64 positions, int R, const i64* start_ptr,         \
-                        i64 start_at, T* out, i64 T_len, int D, i64 rows) {                            \
+                        i64 start_at, T* out, i64 T_len, int D, i64 rows, RtCache<T> kv) {              \
         rotary_rows<T, true>(x, sx, w0, w1, split, H, eps, cos, sin, positions, R, start_ptr, start_at, out, \
-                             T_len, D, rows);                                                          \
+                             T_len, D, rows, kv);                                                      \
     }
 KILN_ROTARY(f32, float)
 KILN_ROTARY(f64, double)

@@ -154,7 +154,8 @@ pub(crate) fn aligned(t: &Layout, dt: DType) -> bool {
 }
 
 /// Row tiles per group, groups, and blocks per group (splits over the keys) for `sh` on a
-/// device of `sms` SMs: enough blocks to fill it, each split at least a tile per warp.
+/// device of `sms` SMs: enough blocks to fill it, each split at least a tile per warp. The
+/// kernel runs fewer (`AD_MIN_TILES` tiles each at least) where the keys are fewer.
 fn plan(sh: &Shape, sms: usize) -> (usize, usize, usize) {
     let tiles = (sh.hq / sh.hkv * sh.l).div_ceil(ROWS);
     let groups = sh.batch * sh.hkv * tiles;
@@ -225,8 +226,9 @@ pub fn sdpa(
         let blocks = (groups * ROWS) as u32;
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: as above; the merge reads the scratch the first kernel wrote (it waits
-        // for it) and writes `out`; the scratch rows are 16-byte aligned (E a multiple of 4).
-        unsafe { launch_after!(dev, f, cfg; pp, mp, op, args)? };
+        // for it) and `lp` as the first kernel does, and writes `out`; the scratch rows are
+        // 16-byte aligned (E a multiple of 4).
+        unsafe { launch_after!(dev, f, cfg; pp, mp, lp, op, args)? };
     }
     Ok(out)
 }
