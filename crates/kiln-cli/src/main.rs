@@ -290,6 +290,12 @@ struct GenerateArgs {
     /// graph per step (what greedy decoding on CUDA does by default).
     #[arg(long)]
     eager: bool,
+    /// Split the model over N ranks (tensor parallelism: attention heads, MLP and expert
+    /// columns, LM-head rows), one thread each: on CUDA rank r uses the device after the
+    /// chosen one by r, on the CPU they share it. The ranks meet on the host (no NCCL yet),
+    /// so this checks the split rather than speeds it up. Hugging Face folders only.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    tp: u16,
     /// 0 = greedy (default: generation_config.json's when it samples, else greedy).
     #[arg(long)]
     temperature: Option<f64>,
@@ -306,7 +312,6 @@ struct GenerateArgs {
 
 /// Streams the generated text to stdout; prefill and decode tokens/s go to stderr.
 fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
-    use std::io::Write;
     let device = model_device(&a.device)?;
     let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype(device)))?;
     let text = prompt::read(&a.prompt)?;
@@ -321,22 +326,38 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     let tok = checkpoint.tokenizer()?;
     let template = if a.no_chat_template { None } else { checkpoint.chat_template()? };
     let prompt = prompt::encode(&tok, template.as_ref(), a.system.as_deref(), &text)?;
-    let model = checkpoint.load(device, dtype, quantize)?;
-    let w = model.weight_stats();
-    let size = |b: usize| match b {
-        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
-        b => format!("{:.1} KiB", b as f64 / 1024.0),
-    };
-    eprintln!(
-        "weights: {} ({} B); linear layers {}, of which fp8 {}",
-        size(w.total),
-        w.total,
-        size(w.linear),
-        size(w.fp8)
-    );
-    let gcfg = checkpoint.generation_config(&model.config)?;
+    // Drawn once: every rank must sample alike.
     let seed = a.seed.unwrap_or_else(prompt::random_seed);
+    if a.tp > 1 {
+        // Every rank runs the same steps; rank 0 speaks for them all.
+        let ranks = kiln_models::parallel::run_ranks(a.tp.into(), |comm| {
+            let rank = comm.shard().rank;
+            let device = match device {
+                Device::Cuda(first) => Device::Cuda(first + rank),
+                Device::Cpu => Device::Cpu,
+            };
+            let model = checkpoint.load_parallel(device, dtype, quantize, comm)?;
+            if rank == 0 {
+                generate_with(&a, &checkpoint, &tok, &model, &prompt, seed)
+            } else {
+                let opts = generate_options(&a, &checkpoint, &model, seed)?;
+                kiln_models::generate(&model, &prompt, &opts, |_| Ok(())).map(|_| ExitCode::SUCCESS)
+            }
+        })?;
+        return Ok(ranks[0]);
+    }
+    let model = checkpoint.load(device, dtype, quantize)?;
+    generate_with(&a, &checkpoint, &tok, &model, &prompt, seed)
+}
+
+/// The sampling options of `a` over the model's generation config, drawing from `seed`.
+fn generate_options(
+    a: &GenerateArgs,
+    checkpoint: &kiln_models::Checkpoint,
+    model: &kiln_models::Model,
+    seed: u64,
+) -> kiln::Result<kiln_models::GenerateOptions> {
+    let gcfg = checkpoint.generation_config(&model.config)?;
     let sampling = kiln_models::SamplingParams {
         temperature: a.temperature.unwrap_or(if gcfg.do_sample {
             gcfg.temperature.unwrap_or(1.0)
@@ -354,18 +375,49 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
         eos_token_ids: gcfg.eos_token_ids,
         eager: a.eager,
     };
+    Ok(opts)
+}
+
+/// Generates with a loaded model (the whole, or rank 0's part), streaming the text to
+/// stdout and the stats to stderr.
+fn generate_with(
+    a: &GenerateArgs,
+    checkpoint: &kiln_models::Checkpoint,
+    tok: &kiln_models::tokenizer::Tokenizer,
+    model: &kiln_models::Model,
+    prompt: &[u32],
+    seed: u64,
+) -> kiln::Result<ExitCode> {
+    use std::io::Write;
+    let (device, dtype) = (model.device(), model.dtype());
+    let w = model.weight_stats();
+    let size = |b: usize| match b {
+        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
+        b => format!("{:.1} KiB", b as f64 / 1024.0),
+    };
+    eprintln!(
+        "weights: {} ({} B); linear layers {}, of which fp8 {}",
+        size(w.total),
+        w.total,
+        size(w.linear),
+        size(w.fp8)
+    );
+    let opts = generate_options(a, checkpoint, model, seed)?;
     let mut stream = tok.stream();
     let mut out = std::io::stdout().lock();
     let stdout_err = |e| kiln::Error::Io { path: STDOUT.into(), source: e };
-    let stats = kiln_models::generate(&model, &prompt, &opts, |id| {
+    let stats = kiln_models::generate(model, prompt, &opts, |id| {
         write!(out, "{}", stream.push(id)?).and_then(|_| out.flush()).map_err(stdout_err)
     })?;
     writeln!(out).map_err(stdout_err)?;
     if stats.tokens.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
+    let world = model.shard().world;
+    let ranks = if world > 1 { format!(" (rank 0 of {world})") } else { String::new() };
     eprintln!(
-        "{}{} on {device}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s ({}); seed {seed}",
+        "{}{} on {device}{ranks}: prefill {} tokens, {:.1} tokens/s; decode {} tokens, {:.1} tokens/s ({}); seed {seed}",
         dtype,
         if w.fp8 > 0 { " (fp8 weights)" } else { "" },
         stats.prompt_tokens,

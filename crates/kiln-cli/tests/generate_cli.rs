@@ -117,6 +117,28 @@ fn the_printed_seed_reproduces_a_sampled_run() {
     assert_ne!(sample(Some(seed ^ 1)).0, first, "another seed, the same text");
 }
 
+/// `--tp 2` splits the model over two ranks and writes the text of one rank, greedy and
+/// sampled from a given seed; a split the heads do not allow is refused.
+#[test]
+fn tensor_parallel_ranks_write_the_text_of_one_rank() {
+    let model = llama();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--model", model.to_str().unwrap(), "--prompt", "The sky is"];
+        args.extend(extra);
+        ok(&mut generate(&args))
+    };
+    let sampled = ["--temperature", "1", "--seed", "7"];
+    for extra in [&[][..], &sampled[..]] {
+        let (one, _) = run(extra);
+        let (two, err) = run(&[extra, &["--tp", "2"]].concat());
+        assert_eq!(two, one, "{extra:?}");
+        assert!(err.contains("rank 0 of 2"), "{err}");
+    }
+    let out = generate(&["--model", model.to_str().unwrap(), "--prompt", "x", "--tp", "3"]).output().unwrap();
+    let (_, err) = texts(&out);
+    assert!(!out.status.success() && err.contains("do not split evenly over 3 ranks"), "{err}");
+}
+
 /// A cache as `hf download` leaves it: refs/main naming a snapshot of links, found through
 /// HF_HUB_CACHE and through HF_HOME.
 #[test]

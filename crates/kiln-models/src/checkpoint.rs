@@ -71,6 +71,24 @@ impl Checkpoint {
         }
     }
 
+    /// Rank `comm.shard()`'s part of the model (`crate::parallel`), as [`Checkpoint::load`]
+    /// otherwise; a Hugging Face folder only (GGUF files load whole).
+    pub fn load_parallel(
+        &self,
+        device: Device,
+        dtype: DType,
+        quantize: Quantize,
+        comm: std::sync::Arc<dyn crate::parallel::Collective>,
+    ) -> Result<Model> {
+        match self {
+            Checkpoint::Folder(dir) => Model::load_parallel(dir, device, dtype, quantize, comm),
+            Checkpoint::Gguf(_) => Err(kiln::Error::invalid(
+                "tensor parallel",
+                "a GGUF file loads whole; split a model from its Hugging Face folder",
+            )),
+        }
+    }
+
     /// A short name for the model: the GGUF file's stem or the folder's name.
     pub fn name(&self) -> String {
         let path = match self {

@@ -17,10 +17,12 @@ use crate::kv_cache::KvCache;
 use crate::layers::{Attention, Mlp, RmsNorm, Rope, WeightBytes};
 use crate::loader::{CheckpointSource, Quantize, RandomSource, WeightSource};
 use crate::moe::MoeBlock;
+use crate::parallel::{Collective, Shard};
 use crate::short_conv::ShortConv;
 use crate::state::LayerStates;
 use kiln::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
+use std::sync::Arc;
 
 mod batched;
 
@@ -55,14 +57,22 @@ pub(crate) struct Layer {
 
 /// A loaded decoder-only language model: embedding, layers, final norm and LM head, with
 /// its rotary tables. Run it with [`Model::forward`] over a [`KvCache`].
+///
+/// A model may be one rank's part of a tensor-parallel model ([`Model::build_parallel`],
+/// `crate::parallel`): every rank then runs the same calls on the same token ids, and
+/// gets the same hidden states and logits.
 pub struct Model {
-    /// The config it was built from.
+    /// The config it was built from (the whole model's, also on a rank).
     pub config: Config,
     embed: Tensor,
     layers: Vec<Layer>,
     norm: RmsNorm,
+    /// `[V, H]`, or this rank's vocabulary rows when `lm_head_split`.
     lm_head: Tensor,
+    lm_head_split: bool,
     rope: Rope,
+    /// The other ranks, when the model is split.
+    comm: Option<Arc<dyn Collective>>,
 }
 
 impl Model {
@@ -103,9 +113,52 @@ impl Model {
         Self::build(config, &mut src)
     }
 
+    /// Rank `comm.shard()`'s part of the model in `dir` (each split weight read as that
+    /// part alone), for [`Model::load_quantized`]'s arguments.
+    pub fn load_parallel(
+        dir: &Path,
+        device: Device,
+        dtype: DType,
+        quantize: Quantize,
+        comm: Arc<dyn Collective>,
+    ) -> Result<Model> {
+        let config = Config::load(dir)?;
+        let mut src =
+            CheckpointSource::open(dir, device, dtype)?.with_quantize(quantize).with_shard(comm.shard());
+        src.confirm(|ck| crate::config_check::check_model(&config, ck))?;
+        let model = Self::build_parallel(config, &mut src, comm);
+        src.finish()?;
+        model
+    }
+
     /// Builds the model of `config` with every weight taken from `src` (a checkpoint, GGUF file
     /// or random source), on `src`'s device and dtype.
     pub fn build(config: Config, src: &mut dyn WeightSource) -> Result<Model> {
+        Self::build_with(config, src, None)
+    }
+
+    /// [`build`](Model::build) of rank `comm.shard()`'s part, which `src` must be reading
+    /// (`WeightSource::shard`): attention heads, MLP and expert columns and LM-head rows
+    /// split over the ranks, the rest whole (`crate::parallel`).
+    pub fn build_parallel(
+        config: Config,
+        src: &mut dyn WeightSource,
+        comm: Arc<dyn Collective>,
+    ) -> Result<Model> {
+        if src.shard() != comm.shard() {
+            return Err(Error::invalid(
+                "tensor parallel",
+                format!("the weights are read for {:?} but the rank is {:?}", src.shard(), comm.shard()),
+            ));
+        }
+        Self::build_with(config, src, Some(comm))
+    }
+
+    fn build_with(
+        config: Config,
+        src: &mut dyn WeightSource,
+        comm: Option<Arc<dyn Collective>>,
+    ) -> Result<Model> {
         let c = &config;
         let (h, names) = (c.hidden_size, c.arch.names());
         let prefix = c.weight_prefix;
@@ -139,14 +192,34 @@ impl Model {
             })
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(src, &format!("{prefix}.{}.weight", names.final_norm), h, c)?;
-        let lm_head = if c.tie_word_embeddings {
-            embed.clone()
-        } else {
-            src.get("lm_head.weight", &[c.vocab_size, h])?
+        // A vocabulary the ranks cannot share evenly keeps its head whole on each.
+        let shard = src.shard();
+        let lm_head_split = shard.is_split() && c.vocab_size.is_multiple_of(shard.world);
+        let lm_head = match (c.tie_word_embeddings, lm_head_split) {
+            (true, false) => embed.clone(),
+            (true, true) => {
+                let rows = c.vocab_size / shard.world;
+                embed.narrow(0, shard.rank * rows, rows)?
+            }
+            (false, false) => src.get("lm_head.weight", &[c.vocab_size, h])?,
+            (false, true) => src.get_part("lm_head.weight", &[c.vocab_size, h], 0)?,
         };
         let positions = c.max_position_embeddings.min(MAX_POSITIONS);
         let rope = Rope::new(c, positions, src.device(), src.dtype())?;
-        Ok(Model { config, embed, layers, norm, lm_head, rope })
+        Ok(Model { config, embed, layers, norm, lm_head, lm_head_split, rope, comm })
+    }
+
+    /// Which part of the model this is.
+    pub fn shard(&self) -> Shard {
+        self.comm.as_ref().map_or(Shard::WHOLE, |c| c.shard())
+    }
+
+    /// `x` summed over the ranks when the model is split: a split layer's output.
+    fn all_reduce(&self, x: Tensor) -> Result<Tensor> {
+        match &self.comm {
+            Some(c) => c.all_reduce_sum(&x),
+            None => Ok(x),
+        }
     }
 
     /// Where the weights live.
@@ -183,8 +256,8 @@ impl Model {
             }
         }
         let states = LayerStates::new(&conv, dtype, &recurrent, device)?;
-        Ok(KvCache::new(attn, batch, c.num_kv_heads, capacity, c.head_dim, dtype, device)?
-            .with_states(states))
+        let kv_heads = c.num_kv_heads / self.shard().world;
+        Ok(KvCache::new(attn, batch, kv_heads, capacity, c.head_dim, dtype, device)?.with_states(states))
     }
 
     /// Hidden states after the final norm, `[B, T, H]`, of token ids `[B, T]` placed
@@ -213,12 +286,16 @@ impl Model {
         // the next layer's input norm (the final norm after the last layer).
         let mut h = self.layers.first().map_or(&self.norm, |l| &l.input_norm).forward(&x)?;
         for (i, l) in self.layers.iter().enumerate() {
-            let a = mix(l, &h)?;
+            let mut a = mix(l, &h)?;
+            // Split layers give partial sums; the replicated mixers give the whole.
+            if matches!(l.mixer, Mixer::Attention(_)) {
+                a = self.all_reduce(a)?;
+            }
             let (normed, sum) = l.post_norm.add_forward(&x, &a)?;
-            let f = match &l.ffn {
+            let f = self.all_reduce(match &l.ffn {
                 Ffn::Dense(m) => m.forward(&normed)?,
                 Ffn::Moe(m) => m.forward(&normed)?,
-            };
+            })?;
             let next = self.layers.get(i + 1).map_or(&self.norm, |n| &n.input_norm);
             (h, x) = next.add_forward(&sum, &f)?;
         }
@@ -227,7 +304,11 @@ impl Model {
 
     /// Vocabulary logits `[…, V]` of hidden states `[…, H]`, in the model's dtype.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        hidden.linear(&self.lm_head, None)
+        let logits = hidden.linear(&self.lm_head, None)?;
+        match &self.comm {
+            Some(c) if self.lm_head_split => c.all_gather(&logits, -1),
+            _ => Ok(logits),
+        }
     }
 
     /// Bytes of all weights (the tied LM head counted once).

@@ -108,7 +108,13 @@ pub fn generate(
     let ids: Vec<i64> = prompt.iter().map(|&i| i as i64).collect();
     let ids = Tensor::from_vec(ids, &[1, prompt.len()], device)?;
     sampler.observe(&ids)?;
-    let token = on_pool(device, || {
+    // A split model's ranks each drive their own ops and meet in collectives: they must
+    // not block rayon's workers (`on_pool`), nor sit in a graph (the collectives run on
+    // the host).
+    let split = model.shard().is_split();
+    let on_pool =
+        |f: &mut (dyn FnMut() -> Result<Tensor> + Send)| if split { f() } else { on_pool(device, f) };
+    let token = on_pool(&mut || {
         let hidden = model.forward(&ids, &mut cache)?;
         sampler.sample(&model.logits(&hidden.narrow(1, prompt.len() - 1, 1)?)?)?.reshape(&[1, 1])
     })?;
@@ -116,8 +122,11 @@ pub fn generate(
     stats.prefill_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    let mut use_graph =
-        device.is_cuda() && !opts.eager && sampler.is_greedy() && kiln::settings::GRAPH_DECODE.get()?;
+    let mut use_graph = device.is_cuda()
+        && !opts.eager
+        && !split
+        && sampler.is_greedy()
+        && kiln::settings::GRAPH_DECODE.get()?;
     if use_graph {
         cache.track_on_device()?;
     }
@@ -130,7 +139,7 @@ pub fn generate(
         if keep(id, &mut stats)? {
             break;
         }
-        on_pool(device, || graph_decode::step(model, &mut cache, &mut sampler, &token))?;
+        on_pool(&mut || graph_decode::step(model, &mut cache, &mut sampler, &token).map(|()| token.clone()))?;
         id = read_token(&token)?;
         stats.decode_steps += 1;
         if use_graph {

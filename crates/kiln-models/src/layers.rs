@@ -163,6 +163,27 @@ impl Linear {
         Ok(Linear { weight, bias })
     }
 
+    /// This rank's part of the layer `prefix` of whole shape `[out, inp]` split along `dim`
+    /// (tensor parallelism, [`WeightSource::linear_part`]): split by output rows (`dim` 0)
+    /// the bias splits with them; split by input columns (1) each rank's output is a
+    /// partial sum, so only rank 0 adds the bias.
+    pub fn load_part(
+        src: &mut dyn WeightSource,
+        prefix: &str,
+        [out, inp]: [usize; 2],
+        bias: bool,
+        dim: usize,
+    ) -> Result<Self> {
+        let weight = src.linear_part(prefix, out, inp, dim)?;
+        let name = format!("{prefix}.bias");
+        let bias = match (bias, dim) {
+            (false, _) => None,
+            (true, 0) => Some(src.get_part(&name, &[out], 0)?),
+            (true, _) => (src.shard().rank == 0).then(|| src.get(&name, &[out])).transpose()?,
+        };
+        Ok(Linear { weight, bias })
+    }
+
     /// One linear of `parts`' output rows stacked in order (their biases too, when they
     /// have them), computed by one matmul.
     pub fn cat_rows(parts: Vec<Linear>) -> Result<Linear> {
@@ -238,7 +259,9 @@ pub struct Mlp {
 
 impl Mlp {
     /// `{prefix}.{gate}`, `{prefix}.{up}` and `{prefix}.{down}` with `names` = [gate, up,
-    /// down] (`WeightNames::mlp`).
+    /// down] (`WeightNames::mlp`), `inter` the whole intermediate size. Split over ranks,
+    /// a rank holds its intermediate columns (gate and up rows, down columns) and its
+    /// output is a partial sum.
     pub fn load(
         src: &mut dyn WeightSource,
         prefix: &str,
@@ -247,10 +270,8 @@ impl Mlp {
         inter: usize,
     ) -> Result<Self> {
         let [gate, up, down] = names.map(|n| format!("{prefix}.{n}"));
-        let gate = src.linear(&gate, inter, hidden)?;
-        let up = src.linear(&up, inter, hidden)?;
-        let down = src.linear(&down, hidden, inter)?;
-        Ok(Mlp { gate_up: LinearWeight::cat_rows(vec![gate, up])?, down })
+        let (gate_up, down) = load_gate_up_down(src, [&gate, &up, &down], hidden, inter)?;
+        Ok(Mlp { gate_up, down })
     }
 
     /// `x` `[…, H]` through the MLP.
@@ -267,6 +288,21 @@ impl Mlp {
         acc.add_linear(&self.gate_up);
         acc.add_linear(&self.down);
     }
+}
+
+/// The gate and up weights `[inter, hidden]` (this rank's rows, fused, gate first) and the
+/// down weight `[hidden, inter]` (this rank's columns) of the projections named
+/// `[gate, up, down]`: a dense MLP, a shared expert or one routed expert.
+pub(crate) fn load_gate_up_down(
+    src: &mut dyn WeightSource,
+    [gate, up, down]: [&str; 3],
+    hidden: usize,
+    inter: usize,
+) -> Result<(LinearWeight, LinearWeight)> {
+    let gate = src.linear_part(gate, inter, hidden, 0)?;
+    let up = src.linear_part(up, inter, hidden, 0)?;
+    let down = src.linear_part(down, hidden, inter, 1)?;
+    Ok((LinearWeight::cat_rows(vec![gate, up])?, down))
 }
 
 /// `silu(gate) * up` of a `[…, 2·I]` tensor holding gate then up.
@@ -389,7 +425,8 @@ pub struct Attention {
 
 impl Attention {
     /// The `{prefix}` (`…self_attn`) weights: q, k and v fused, o, and the head norms when
-    /// the config has them.
+    /// the config has them. Split over ranks, a rank holds its query heads and their
+    /// key / value heads (q, k, v rows; o columns) and its output is a partial sum.
     pub fn load(src: &mut dyn WeightSource, prefix: &str, cfg: &Config) -> Result<Self> {
         let (h, d, b) = (cfg.hidden_size, cfg.head_dim, cfg.attention_bias);
         let (qd, kvd) = (cfg.num_heads * d, cfg.num_kv_heads * d);
@@ -397,18 +434,23 @@ impl Attention {
         let norm = |src: &mut dyn WeightSource, n: &str| -> Result<Option<RmsNorm>> {
             cfg.qk_norm.then(|| RmsNorm::load(src, &format!("{prefix}.{n}.weight"), d, cfg)).transpose()
         };
+        let shard = src.shard();
+        let heads = shard.part_len("attention heads", cfg.num_heads)?;
+        let kv_heads = shard.part_len("key / value heads", cfg.num_kv_heads)?;
+        // With an output gate, each head's q rows are followed by its gate rows: a rank's
+        // rows are still whole heads.
         let q_out = if cfg.attn_output_gate { 2 * qd } else { qd };
         Ok(Attention {
             qkv: Linear::cat_rows(vec![
-                Linear::load(src, &format!("{prefix}.q_proj"), q_out, h, b)?,
-                Linear::load(src, &format!("{prefix}.k_proj"), kvd, h, b)?,
-                Linear::load(src, &format!("{prefix}.v_proj"), kvd, h, b)?,
+                Linear::load_part(src, &format!("{prefix}.q_proj"), [q_out, h], b, 0)?,
+                Linear::load_part(src, &format!("{prefix}.k_proj"), [kvd, h], b, 0)?,
+                Linear::load_part(src, &format!("{prefix}.v_proj"), [kvd, h], b, 0)?,
             ])?,
-            o: Linear::load(src, &format!("{prefix}.{}", names.attn_out), h, qd, b)?,
+            o: Linear::load_part(src, &format!("{prefix}.{}", names.attn_out), [h, qd], b, 1)?,
             q_norm: norm(src, names.qk_norm[0])?,
             k_norm: norm(src, names.qk_norm[1])?,
-            heads: cfg.num_heads,
-            kv_heads: cfg.num_kv_heads,
+            heads,
+            kv_heads,
             head_dim: d,
             output_gate: cfg.attn_output_gate,
         })

@@ -22,6 +22,7 @@ pub mod kv_cache;
 pub mod layers;
 pub mod loader;
 pub mod moe;
+pub mod parallel;
 pub mod sampling;
 pub mod short_conv;
 pub mod state;

@@ -6,6 +6,7 @@
 
 use crate::fp8_weight::{load_linear, Fp8Weight};
 use crate::layers::LinearWeight;
+use crate::parallel::Shard;
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln::io::safetensors::Checkpoint;
 use kiln::{DType, Device, Error, Result, Tensor};
@@ -79,11 +80,45 @@ pub trait WeightSource {
     /// eligible ([`LinearWeight::fp8_eligible`]).
     fn linear(&mut self, prefix: &str, out: usize, inp: usize) -> Result<LinearWeight> {
         let w = self.get(&format!("{prefix}.weight"), &[out, inp])?;
-        if self.quantize() == Quantize::Fp8 && LinearWeight::fp8_eligible(inp) {
-            return LinearWeight::quantize_fp8(&w);
-        }
-        Ok(LinearWeight::Dense(w))
+        dense_or_fp8(self.quantize(), w)
     }
+
+    /// Which part of the model the weights are for (tensor parallelism); the whole by
+    /// default.
+    fn shard(&self) -> Shard {
+        Shard::WHOLE
+    }
+
+    /// This rank's part of `name` (whole shape `shape`) split along `dim`
+    /// ([`Shard::part_of`]); the whole tensor when the model is not split. By default the
+    /// whole is read and sliced; a checkpoint reads only the part.
+    fn get_part(&mut self, name: &str, shape: &[usize], dim: usize) -> Result<Tensor> {
+        let whole = self.get(name, shape)?;
+        let shard = self.shard();
+        if !shard.is_split() {
+            return Ok(whole);
+        }
+        parameter(shard.part_of(&whole, dim, name)?)
+    }
+
+    /// [`linear`](WeightSource::linear) of this rank's part of the weight split along
+    /// `dim` (0: output rows, 1: input columns).
+    fn linear_part(&mut self, prefix: &str, out: usize, inp: usize, dim: usize) -> Result<LinearWeight> {
+        if !self.shard().is_split() {
+            return self.linear(prefix, out, inp);
+        }
+        let w = self.get_part(&format!("{prefix}.weight"), &[out, inp], dim)?;
+        dense_or_fp8(self.quantize(), w)
+    }
+}
+
+/// A dense `[out, in]` weight as `quantize` wants it: quantised per row to FP8 under
+/// [`Quantize::Fp8`] when its input size suits the FP8 GEMM, else as it is.
+fn dense_or_fp8(quantize: Quantize, w: Tensor) -> Result<LinearWeight> {
+    if quantize == Quantize::Fp8 && LinearWeight::fp8_eligible(w.shape()[1]) {
+        return LinearWeight::quantize_fp8(&w);
+    }
+    Ok(LinearWeight::Dense(w))
 }
 
 /// Reads a checkpoint folder. A missing tensor, or one of the wrong shape, does not stop
@@ -107,6 +142,7 @@ pub struct CheckpointSource {
     quantize: Quantize,
     modules_to_not_convert: Vec<String>,
     quant_method: Option<String>,
+    shard: Shard,
     problems: Vec<String>,
     bar: ProgressBar,
 }
@@ -144,6 +180,7 @@ impl CheckpointSource {
             quantize: Quantize::None,
             modules_to_not_convert,
             quant_method,
+            shard: Shard::WHOLE,
             problems: vec![],
             bar,
         })
@@ -152,6 +189,12 @@ impl CheckpointSource {
     /// Quantise dense linear weights on load (see [`Quantize`]).
     pub fn with_quantize(mut self, quantize: Quantize) -> Self {
         self.quantize = quantize;
+        self
+    }
+
+    /// Read only rank `shard`'s part of each split weight (tensor parallelism).
+    pub fn with_shard(mut self, shard: Shard) -> Self {
+        self.shard = shard;
         self
     }
 
@@ -232,19 +275,24 @@ impl CheckpointSource {
     }
 }
 
-impl WeightSource for CheckpointSource {
-    /// A float8 tensor asked for as a plain tensor (not through `linear`) is dequantised
-    /// with its scale to the model dtype.
-    fn get(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+impl CheckpointSource {
+    /// `name` of whole shape `shape`, or with `part` = (dim, start, len) only that slice
+    /// (read alone from the map when stored dense). A missing or mis-shaped tensor is
+    /// recorded and a placeholder returned.
+    fn read(&mut self, name: &str, shape: &[usize], part: Option<(usize, usize, usize)>) -> Result<Tensor> {
+        let mut want = shape.to_vec();
+        if let Some((dim, _, len)) = part {
+            want[dim] = len;
+        }
         if !self.ck.contains(name) {
             self.problems.push(format!("{name}: missing (expected shape {shape:?})"));
-            return self.placeholder(shape);
+            return self.placeholder(&want);
         }
         let meta = self.ck.meta(name)?;
         if meta.shape != shape || !meta.dtype.is_float() {
             self.problems
                 .push(format!("{name}: {:?} {} (expected {shape:?}, float)", meta.shape, meta.dtype));
-            return self.placeholder(shape);
+            return self.placeholder(&want);
         }
         if is_fp8(meta.dtype) {
             let prefix =
@@ -254,17 +302,46 @@ impl WeightSource for CheckpointSource {
                     "{name}: {:?} {} (only 2-D float8_e4m3fn weights with a scale are supported)",
                     meta.shape, meta.dtype
                 ));
-                return self.placeholder(shape);
+                return self.placeholder(&want);
             };
-            return match self.load_fp8(prefix) {
-                Some(w) => w.dequantize(self.dtype),
-                None => self.placeholder(shape),
+            // Dequantised whole, then sliced: the scales' blocks need not align with a part.
+            let Some(w) = self.load_fp8(prefix) else { return self.placeholder(&want) };
+            let w = w.dequantize(self.dtype)?;
+            return match part {
+                Some((dim, start, len)) => parameter(w.narrow(dim as isize, start, len)?.contiguous()?),
+                None => Ok(w),
             };
         }
         self.bar.set_message(name.to_string());
-        let t = self.ck.load(name, self.device)?.to_dtype(self.dtype)?;
+        let t = match part {
+            Some((dim, start, len)) => self.ck.load_part(name, dim, start, len, self.device)?,
+            None => self.ck.load(name, self.device)?,
+        };
         self.bar.inc((t.numel() * meta.dtype.size()) as u64);
-        parameter(t)
+        parameter(t.to_dtype(self.dtype)?)
+    }
+
+    /// A dense linear weight read with `problems_before` problems recorded: quantised per
+    /// row under [`Quantize::Fp8`] when it loaded well, is eligible and
+    /// `modules_to_not_convert` does not name the layer.
+    fn dense_linear(&mut self, prefix: &str, w: Tensor, problems_before: usize) -> Result<LinearWeight> {
+        let quantize = self.quantize == Quantize::Fp8
+            && self.problems.len() == problems_before
+            && LinearWeight::fp8_eligible(w.shape()[1])
+            && !self.keep_dense(prefix);
+        if quantize {
+            LinearWeight::quantize_fp8(&w)
+        } else {
+            Ok(LinearWeight::Dense(w))
+        }
+    }
+}
+
+impl WeightSource for CheckpointSource {
+    /// A float8 tensor asked for as a plain tensor (not through `linear`) is dequantised
+    /// with its scale to the model dtype.
+    fn get(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.read(name, shape, None)
     }
 
     fn device(&self) -> Device {
@@ -277,6 +354,20 @@ impl WeightSource for CheckpointSource {
 
     fn quantize(&self) -> Quantize {
         self.quantize
+    }
+
+    fn shard(&self) -> Shard {
+        self.shard
+    }
+
+    /// Only the part's bytes are read from a dense tensor; a float8 one is dequantised
+    /// whole and sliced.
+    fn get_part(&mut self, name: &str, shape: &[usize], dim: usize) -> Result<Tensor> {
+        if !self.shard.is_split() {
+            return self.get(name, shape);
+        }
+        let len = self.shard.part_len(name, shape[dim])?;
+        self.read(name, shape, Some((dim, self.shard.rank * len, len)))
     }
 
     /// Stored float8_e4m3fn: FP8 with the stored scales (dequantised to dense when the
@@ -297,17 +388,20 @@ impl WeightSource for CheckpointSource {
             _ => {
                 let before = self.problems.len();
                 let w = self.get(&name, &[out, inp])?;
-                let quantize = self.quantize == Quantize::Fp8
-                    && self.problems.len() == before
-                    && LinearWeight::fp8_eligible(inp)
-                    && !self.keep_dense(prefix);
-                if quantize {
-                    LinearWeight::quantize_fp8(&w)
-                } else {
-                    Ok(LinearWeight::Dense(w))
-                }
+                self.dense_linear(prefix, w, before)
             }
         }
+    }
+
+    /// A split weight is read as its part (float8 ones dequantised: see `get_part`), then
+    /// treated as a stored dense one.
+    fn linear_part(&mut self, prefix: &str, out: usize, inp: usize, dim: usize) -> Result<LinearWeight> {
+        if !self.shard.is_split() {
+            return self.linear(prefix, out, inp);
+        }
+        let before = self.problems.len();
+        let w = self.get_part(&format!("{prefix}.weight"), &[out, inp], dim)?;
+        self.dense_linear(prefix, w, before)
     }
 }
 
@@ -324,13 +418,16 @@ pub struct RandomSource {
     pub std: f64,
     /// What linear weights become (generated dense, then quantised for FP8).
     pub quantize: Quantize,
+    /// Which part this rank keeps of each split weight (generated whole from the same seeds,
+    /// so every world size shares one model).
+    pub shard: Shard,
     seed: u64,
 }
 
 impl RandomSource {
     /// A source of `seed`'s weights with std 0.02 and no quantisation.
     pub fn new(device: Device, dtype: DType, seed: u64) -> Self {
-        RandomSource { device, dtype, std: 0.02, quantize: Quantize::None, seed }
+        RandomSource { device, dtype, std: 0.02, quantize: Quantize::None, shard: Shard::WHOLE, seed }
     }
 }
 
@@ -353,6 +450,10 @@ impl WeightSource for RandomSource {
 
     fn quantize(&self) -> Quantize {
         self.quantize
+    }
+
+    fn shard(&self) -> Shard {
+        self.shard
     }
 }
 

@@ -26,9 +26,13 @@
 //! product): the group ends are read back (one host sync per MoE layer per step, also when
 //! decoding) and each expert with tokens runs one linear pair over its contiguous group.
 //! The router stays dense.
+//!
+//! Split over tensor-parallel ranks (`crate::parallel`), every rank keeps every expert's
+//! share of the intermediate columns (and of the shared expert's) and routes all tokens
+//! itself with the whole router: its output is a partial sum that the decoder all-reduces.
 
 use crate::config::{Config, RouterConfig};
-use crate::layers::{swiglu, LinearWeight, Mlp, WeightBytes};
+use crate::layers::{load_gate_up_down, swiglu, LinearWeight, Mlp, WeightBytes};
 use crate::loader::WeightSource;
 use kiln::{DType, Error, Result, Router, Tensor};
 
@@ -78,11 +82,10 @@ impl MoeBlock {
         };
         let (mut gate_up, mut down) = (Vec::with_capacity(e), Vec::with_capacity(e));
         for j in 0..e {
-            let [gate, up, dn] = cfg.arch.names().mlp.map(|n| format!("{prefix}.experts.{j}.{n}"));
-            let gate = src.linear(&gate, i, h)?;
-            let up = src.linear(&up, i, h)?;
-            gate_up.push(LinearWeight::cat_rows(vec![gate, up])?);
-            down.push(src.linear(&dn, h, i)?);
+            let names = cfg.arch.names().mlp.map(|n| format!("{prefix}.experts.{j}.{n}"));
+            let (gu, dn) = load_gate_up_down(src, names.each_ref().map(String::as_str), h, i)?;
+            gate_up.push(gu);
+            down.push(dn);
         }
         let experts = if gate_up.iter().chain(&down).any(LinearWeight::is_fp8) {
             Experts::PerExpert { gate_up, down }

@@ -126,6 +126,39 @@ impl SafetensorsFile {
         Tensor::from_raw_bytes(self.bytes(name)?, &meta.shape, meta.dtype, device)
     }
 
+    /// The slice `start..start + len` along `dim` of one tensor, onto `device`: only those
+    /// bytes are copied out of the map (a tensor-parallel rank's part of a weight, without
+    /// a full copy).
+    pub fn load_part(
+        &self,
+        name: &str,
+        dim: usize,
+        start: usize,
+        len: usize,
+        device: Device,
+    ) -> Result<Tensor> {
+        let meta = self.meta(name)?;
+        let shape = &meta.shape;
+        if dim >= shape.len() || start + len > shape[dim] {
+            return Err(file_err(
+                &self.path,
+                format!("tensor {name:?} {shape:?}: no slice {start}..{} along dim {dim}", start + len),
+            ));
+        }
+        // Rows of the dims before `dim`, each holding a contiguous run of the slice.
+        let inner: usize = shape[dim + 1..].iter().product::<usize>() * meta.dtype.size();
+        let (outer, row) = (shape[..dim].iter().product::<usize>(), shape[dim] * inner);
+        let bytes = self.bytes(name)?;
+        let mut part = Vec::with_capacity(outer * len * inner);
+        for o in 0..outer {
+            let at = o * row + start * inner;
+            part.extend_from_slice(&bytes[at..at + len * inner]);
+        }
+        let mut sliced = shape.clone();
+        sliced[dim] = len;
+        Tensor::from_raw_bytes(&part, &sliced, meta.dtype, device)
+    }
+
     /// Every tensor of the file.
     pub fn load_all(&self, device: Device) -> Result<HashMap<String, Tensor>> {
         self.names().into_iter().map(|n| Ok((n.clone(), self.load(&n, device)?))).collect()
@@ -209,6 +242,19 @@ impl Checkpoint {
         self.file(name)?.load(name, device)
     }
 
+    /// [`SafetensorsFile::load_part`] of tensor `name`: its slice `start..start + len`
+    /// along `dim`, in its stored dtype, on `device`.
+    pub fn load_part(
+        &self,
+        name: &str,
+        dim: usize,
+        start: usize,
+        len: usize,
+        device: Device,
+    ) -> Result<Tensor> {
+        self.file(name)?.load_part(name, dim, start, len, device)
+    }
+
     /// Total bytes of all tensors (for progress bars).
     pub fn total_bytes(&self) -> usize {
         self.files.iter().map(|f| f.mmap.len()).sum()
@@ -259,6 +305,36 @@ mod tests {
             assert_eq!(b.shape(), t.shape());
             assert_eq!(b.to_raw_bytes().unwrap(), t.to_raw_bytes().unwrap());
         }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Every slice along every dim of a 3-D tensor equals `narrow` of the whole, in two
+    /// dtypes; a slice past the end is an error.
+    #[test]
+    fn load_part_equals_narrow_of_the_whole() {
+        let dir = std::env::temp_dir().join(format!("kiln-st-part-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.safetensors");
+        let t = Tensor::randn(&[3, 4, 5], 7, DType::F32, Device::Cpu).unwrap();
+        let h = t.to_dtype(DType::BF16).unwrap();
+        save(&path, &[("t", &t), ("h", &h)]).unwrap();
+        let f = SafetensorsFile::open(&path).unwrap();
+        for (name, whole) in [("t", &t), ("h", &h)] {
+            for dim in 0..3 {
+                for (start, len) in [(0, 1), (1, 2), (0, whole.shape()[dim])] {
+                    let got = f.load_part(name, dim, start, len, Device::Cpu).unwrap();
+                    let want = whole.narrow(dim as isize, start, len).unwrap();
+                    assert_eq!(got.shape(), want.shape());
+                    assert_eq!(
+                        got.to_raw_bytes().unwrap(),
+                        want.to_raw_bytes().unwrap(),
+                        "{name} {dim} {start}"
+                    );
+                }
+            }
+        }
+        assert!(f.load_part("t", 1, 3, 2, Device::Cpu).is_err());
+        assert!(f.load_part("t", 3, 0, 1, Device::Cpu).is_err());
         std::fs::remove_dir_all(&dir).ok();
     }
 

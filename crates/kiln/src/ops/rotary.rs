@@ -121,12 +121,6 @@ impl Tensor {
             cache.values.narrow(2, p, t)?.copy_(&self.narrow(1, q_heads + hkv, hkv)?)?;
             return turned.narrow(1, 0, q_heads);
         }
-        let dense = norm.map(|n| n.weights.map(|w| w.dense()));
-        let weights = match dense {
-            Some([w0, w1]) => Some([w0?, w1?]),
-            None => None,
-        };
-        let norm = norm.zip(weights.as_ref()).map(|(n, [w0, w1])| HeadNorm { weights: [w0, w1], ..n });
         self.rotary(OP, norm, cos, sin, start, Some((cache, q_heads)))
     }
 
@@ -184,9 +178,7 @@ impl Tensor {
             )?;
             return normed.rotary("rms_norm_rotary", None, cos, sin, start, None);
         }
-        let [w0, w1] = norm.weights.map(|w| w.dense());
-        let (w0, w1) = (w0?, w1?);
-        self.rotary(OP, Some(HeadNorm { weights: [&w0, &w1], ..norm }), cos, sin, start, None)
+        self.rotary(OP, Some(norm), cos, sin, start, None)
     }
 
     /// The three ops: checks, then the backend (`norm` and `cache`, with the query heads,
@@ -252,13 +244,18 @@ impl Tensor {
         if let Some(p) = host_start.filter(|&p| p + t > positions) {
             return Err(past(p));
         }
+        // The kernel reads the tables and norm weights as dense rows.
         let (cos, sin) = (cos.dense()?, sin.dense()?);
+        let norm = match norm {
+            Some(n) => Some(([n.weights[0].dense()?, n.weights[1].dense()?], n.split, n.eps)),
+            None => None,
+        };
         let (cg, sg) = (cos.read(), sin.read());
         let start_guard = match start {
             RotaryStart::Device(s) if host_start.is_none() => Some((s.read(), s.layout.offset)),
             _ => None,
         };
-        let norm_guards = norm.map(|n| (n.weights.map(|w| w.read()), n));
+        let norm_guards = norm.as_ref().map(|(w, split, eps)| (w.each_ref().map(|w| w.read()), *split, *eps));
         let cache_guards = match cache {
             Some((c, _)) => Some((c.keys.write(op)?, c.values.write(op)?)),
             None => None,
@@ -269,9 +266,9 @@ impl Tensor {
                 (None, p) => BackendStart::At(p.expect("no start tensor: a host start")),
             };
             let norm = match &norm_guards {
-                Some(([g0, g1], n)) => {
+                Some(([g0, g1], split, eps)) => {
                     let weights = [buf::<B>(g0, op)?, buf::<B>(g1, op)?];
-                    Some(BackendNorm { weights, split: n.split, eps: n.eps })
+                    Some(BackendNorm { weights, split: *split, eps: *eps })
                 }
                 None => None,
             };
