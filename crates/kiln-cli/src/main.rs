@@ -296,6 +296,10 @@ struct GenerateArgs {
     /// so this checks the split rather than speeds it up. Hugging Face folders only.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     tp: u16,
+    /// As --tp N, but a MoE model's routed experts go whole to the ranks, E / N each
+    /// (expert parallelism), instead of each expert being split by columns.
+    #[arg(long, conflicts_with = "tp", value_parser = clap::value_parser!(u16).range(1..))]
+    ep: Option<u16>,
     /// 0 = greedy (default: generation_config.json's when it samples, else greedy).
     #[arg(long)]
     temperature: Option<f64>,
@@ -312,6 +316,7 @@ struct GenerateArgs {
 
 /// Streams the generated text to stdout; prefill and decode tokens/s go to stderr.
 fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
+    use kiln_models::parallel::ExpertSplit;
     let device = model_device(&a.device)?;
     let dtype = parse_dtype("generate", a.dtype.as_deref().unwrap_or(default_dtype(device)))?;
     let text = prompt::read(&a.prompt)?;
@@ -328,9 +333,13 @@ fn generate(a: GenerateArgs) -> kiln::Result<ExitCode> {
     let prompt = prompt::encode(&tok, template.as_ref(), a.system.as_deref(), &text)?;
     // Drawn once: every rank must sample alike.
     let seed = a.seed.unwrap_or_else(prompt::random_seed);
-    if a.tp > 1 {
+    let (world, experts) = match a.ep {
+        Some(n) => (n, ExpertSplit::Whole),
+        None => (a.tp, ExpertSplit::Columns),
+    };
+    if world > 1 {
         // Every rank runs the same steps; rank 0 speaks for them all.
-        let ranks = kiln_models::parallel::run_ranks(a.tp.into(), |comm| {
+        let ranks = kiln_models::parallel::run_ranks(world.into(), experts, |comm| {
             let rank = comm.shard().rank;
             let device = match device {
                 Device::Cuda(first) => Device::Cuda(first + rank),

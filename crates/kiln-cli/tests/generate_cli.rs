@@ -118,7 +118,8 @@ fn the_printed_seed_reproduces_a_sampled_run() {
 }
 
 /// `--tp 2` splits the model over two ranks and writes the text of one rank, greedy and
-/// sampled from a given seed; a split the heads do not allow is refused.
+/// sampled from a given seed, as `--ep 2` does for a MoE model; a split the heads do not
+/// allow is refused.
 #[test]
 fn tensor_parallel_ranks_write_the_text_of_one_rank() {
     let model = llama();
@@ -134,6 +135,13 @@ fn tensor_parallel_ranks_write_the_text_of_one_rank() {
         assert_eq!(two, one, "{extra:?}");
         assert!(err.contains("rank 0 of 2"), "{err}");
     }
+    let qwen3_moe = model.parent().unwrap().join("qwen3_moe");
+    let moe = |extra: &[&str]| {
+        let mut args = vec!["--model", qwen3_moe.to_str().unwrap(), "--prompt", "The sky is"];
+        args.extend(extra);
+        ok(&mut generate(&args)).0
+    };
+    assert_eq!(moe(&["--ep", "2"]), moe(&[]), "experts split whole over two ranks");
     let out = generate(&["--model", model.to_str().unwrap(), "--prompt", "x", "--tp", "3"]).output().unwrap();
     let (_, err) = texts(&out);
     assert!(!out.status.success() && err.contains("do not split evenly over 3 ranks"), "{err}");

@@ -270,7 +270,7 @@ impl Mlp {
         inter: usize,
     ) -> Result<Self> {
         let [gate, up, down] = names.map(|n| format!("{prefix}.{n}"));
-        let (gate_up, down) = load_gate_up_down(src, [&gate, &up, &down], hidden, inter)?;
+        let (gate_up, down) = load_gate_up_down(src, [&gate, &up, &down], hidden, inter, true)?;
         Ok(Mlp { gate_up, down })
     }
 
@@ -290,18 +290,27 @@ impl Mlp {
     }
 }
 
-/// The gate and up weights `[inter, hidden]` (this rank's rows, fused, gate first) and the
-/// down weight `[hidden, inter]` (this rank's columns) of the projections named
-/// `[gate, up, down]`: a dense MLP, a shared expert or one routed expert.
+/// The gate and up weights `[inter, hidden]` (fused, gate first) and the down weight
+/// `[hidden, inter]` of the projections named `[gate, up, down]`: a dense MLP, a shared
+/// expert or one routed expert. With `split`, this rank's part: its intermediate columns
+/// (gate and up rows, down columns).
 pub(crate) fn load_gate_up_down(
     src: &mut dyn WeightSource,
     [gate, up, down]: [&str; 3],
     hidden: usize,
     inter: usize,
+    split: bool,
 ) -> Result<(LinearWeight, LinearWeight)> {
-    let gate = src.linear_part(gate, inter, hidden, 0)?;
-    let up = src.linear_part(up, inter, hidden, 0)?;
-    let down = src.linear_part(down, hidden, inter, 1)?;
+    let mut load = |name: &str, out: usize, inp: usize, dim: usize| {
+        if split {
+            src.linear_part(name, out, inp, dim)
+        } else {
+            src.linear(name, out, inp)
+        }
+    };
+    let gate = load(gate, inter, hidden, 0)?;
+    let up = load(up, inter, hidden, 0)?;
+    let down = load(down, hidden, inter, 1)?;
     Ok((LinearWeight::cat_rows(vec![gate, up])?, down))
 }
 

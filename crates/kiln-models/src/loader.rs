@@ -436,8 +436,10 @@ impl WeightSource for RandomSource {
         if name.ends_with("norm.weight") {
             return Tensor::ones(shape, self.dtype, self.device);
         }
-        self.seed += 1;
-        parameter(Tensor::randn(shape, self.seed, self.dtype, self.device)?.mul_scalar(self.std)?)
+        // Seeded by name, not by call order: a rank that skips other ranks' experts still
+        // draws the same values for its own as the whole model does.
+        let seed = self.seed ^ fnv1a(name);
+        parameter(Tensor::randn(shape, seed, self.dtype, self.device)?.mul_scalar(self.std)?)
     }
 
     fn device(&self) -> Device {
@@ -455,6 +457,11 @@ impl WeightSource for RandomSource {
     fn shard(&self) -> Shard {
         self.shard
     }
+}
+
+/// FNV-1a of `name`: a hash that stays the same across builds and Rust versions.
+fn fnv1a(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 #[cfg(test)]

@@ -27,13 +27,16 @@
 //! decoding) and each expert with tokens runs one linear pair over its contiguous group.
 //! The router stays dense.
 //!
-//! Split over tensor-parallel ranks (`crate::parallel`), every rank keeps every expert's
-//! share of the intermediate columns (and of the shared expert's) and routes all tokens
-//! itself with the whole router: its output is a partial sum that the decoder all-reduces.
+//! Split over ranks (`crate::parallel`), every rank routes all tokens itself with the whole
+//! router and holds its share of the shared expert's intermediate columns, and of the
+//! routed experts either every expert's share of the columns (`ExpertSplit::Columns`) or
+//! `E / world` whole experts (`ExpertSplit::Whole`; choices of another rank's experts get
+//! weight zero here). Either way its output is a partial sum that the decoder all-reduces.
 
 use crate::config::{Config, RouterConfig};
 use crate::layers::{load_gate_up_down, swiglu, LinearWeight, Mlp, WeightBytes};
 use crate::loader::WeightSource;
+use crate::parallel::ExpertSplit;
 use kiln::{DType, Error, Result, Router, Tensor};
 
 /// The experts' weights.
@@ -66,6 +69,9 @@ pub struct MoeBlock {
     routing: RouterConfig,
     /// The shared expert and its gate's weight `[1, H]` (dense, like the router).
     shared: Option<(Mlp, Tensor)>,
+    /// The first routed expert held and how many, when a rank holds whole experts (else
+    /// all `E`, possibly each split by columns).
+    held: Option<(usize, usize)>,
 }
 
 impl MoeBlock {
@@ -80,10 +86,20 @@ impl MoeBlock {
         } else {
             None
         };
-        let (mut gate_up, mut down) = (Vec::with_capacity(e), Vec::with_capacity(e));
-        for j in 0..e {
+        let shard = src.shard();
+        let held = match shard.experts {
+            ExpertSplit::Whole if shard.is_split() => {
+                let n = shard.part_len("experts", e)?;
+                Some((shard.rank * n, n))
+            }
+            _ => None,
+        };
+        let (first, count) = held.unwrap_or((0, e));
+        let (mut gate_up, mut down) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        for j in first..first + count {
             let names = cfg.arch.names().mlp.map(|n| format!("{prefix}.experts.{j}.{n}"));
-            let (gu, dn) = load_gate_up_down(src, names.each_ref().map(String::as_str), h, i)?;
+            let names = names.each_ref().map(String::as_str);
+            let (gu, dn) = load_gate_up_down(src, names, h, i, held.is_none())?;
             gate_up.push(gu);
             down.push(dn);
         }
@@ -111,11 +127,32 @@ impl MoeBlock {
             norm_topk_prob: m.norm_topk_prob,
             routing: m.router.clone(),
             shared,
+            held,
         })
     }
 
     fn num_experts(&self) -> usize {
         self.router.shape()[0]
+    }
+
+    /// Routed experts this block holds weights for.
+    fn held_experts(&self) -> usize {
+        self.held.map_or(self.num_experts(), |(_, n)| n)
+    }
+
+    /// Router choices `(weights, experts)` in terms of the held experts: a choice of expert
+    /// `first + j` becomes `j`; a choice of another rank's expert becomes held expert 0 with
+    /// weight 0 (it adds nothing; the expert kernels refuse indices past the held ones).
+    fn to_held(&self, weights: Tensor, experts: Tensor) -> Result<(Tensor, Tensor)> {
+        let Some((first, count)) = self.held else { return Ok((weights, experts)) };
+        let local = experts.sub_scalar(first as f64)?;
+        let (no_weight, no_expert) = (weights.zeros_like()?, local.zeros_like()?);
+        let (mut w, mut j) = (weights, local);
+        for elsewhere in [j.lt_scalar(0.0)?, j.ge_scalar(count as f64)?] {
+            w = Tensor::where_cond(&elsewhere, &no_weight, &w)?;
+            j = Tensor::where_cond(&elsewhere, &no_expert, &j)?;
+        }
+        Ok((w, j))
     }
 
     /// The routed experts' weights.
@@ -153,6 +190,7 @@ impl MoeBlock {
         let x2 = x.reshape(&[x.numel() / h, h])?;
         let n = x2.shape()[0];
         let (weights, experts) = self.route(&x2)?;
+        let (weights, experts) = self.to_held(weights, experts)?;
         let gathered =
             if n * self.top_k <= self.num_experts() { self.gathered(&x2, &experts, &weights)? } else { None };
         let routed = match gathered {
@@ -197,7 +235,7 @@ impl MoeBlock {
     /// weights, as one `[1, k] @ [k, H]` product per token.
     pub fn grouped(&self, x: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Tensor> {
         let (n, h) = (x.shape()[0], x.shape()[1]);
-        let g = experts.expert_groups(self.num_experts())?;
+        let g = experts.expert_groups(self.held_experts())?;
         let xs = x.index_select(0, &g.rows)?;
         let ys = match &self.experts {
             // Every expert in one grouped_mm per projection (the weights' transposed views:
@@ -291,6 +329,7 @@ mod tests {
             norm_topk_prob: block.norm_topk_prob,
             routing: RouterConfig::SOFTMAX,
             shared: None,
+            held: None,
         };
         let x = Tensor::randn(&[5, cfg.hidden_size], 9, DType::F32, Device::Cpu).unwrap();
         let a = block.forward(&x).unwrap().to_vec::<f32>().unwrap();

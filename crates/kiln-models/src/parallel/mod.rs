@@ -1,14 +1,16 @@
 //! Tensor parallelism: a model spread over `world` ranks, each holding a part of every
 //! large weight and computing its part of each layer, with collectives joining the parts.
 //!
-//! The split is Megatron's: the q / k / v projections, MLP gate and up projections and
+//! The split is Megatron's (with [`ExpertSplit::Columns`]): the q / k / v projections, MLP gate and up projections and
 //! every expert's gate and up are split by output rows (heads, intermediate columns), so
 //! a rank computes its heads' attention and its columns' SwiGLU alone; `o_proj` and the
 //! down projections are split by input columns, so each rank's output is a partial sum
 //! that one all-reduce per mixer and per MLP / MoE block completes. The LM head is split
 //! by vocabulary rows and its logits all-gathered. The embedding, norms, MoE router and
 //! the short-convolution and DeltaNet mixers are replicated (each rank computes them
-//! whole: their outputs need no collective).
+//! whole: their outputs need no collective). With [`ExpertSplit::Whole`] (expert
+//! parallelism) each rank holds whole experts instead, a `1 / world` share of them, and
+//! runs the tokens the router sends to those; the same all-reduce joins the ranks' sums.
 //!
 //! A rank's weights are read as its part straight from the checkpoint
 //! ([`crate::loader::WeightSource::get_part`]): no rank holds the whole of a split weight.
@@ -21,6 +23,17 @@ pub use threads::{run_ranks, ThreadGroup};
 
 use kiln::{Error, Result, Tensor};
 
+/// How a split MoE block shares its routed experts among the ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExpertSplit {
+    /// Tensor parallel: every rank holds every expert's share of the intermediate columns.
+    #[default]
+    Columns,
+    /// Expert parallel: each rank holds `E / world` whole experts, and the router's choices
+    /// of another rank's experts weigh zero on this one.
+    Whole,
+}
+
 /// Which part of the model a rank holds: rank `rank` of `world`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shard {
@@ -28,18 +41,20 @@ pub struct Shard {
     pub rank: usize,
     /// How many ranks share the model.
     pub world: usize,
+    /// How the routed experts are shared.
+    pub experts: ExpertSplit,
 }
 
 impl Shard {
     /// The whole model on one rank.
-    pub const WHOLE: Shard = Shard { rank: 0, world: 1 };
+    pub const WHOLE: Shard = Shard { rank: 0, world: 1, experts: ExpertSplit::Columns };
 
-    /// Rank `rank` of `world` (≥ 1).
-    pub fn new(rank: usize, world: usize) -> Result<Shard> {
+    /// Rank `rank` of `world` (≥ 1), experts split as `experts` says.
+    pub fn new(rank: usize, world: usize, experts: ExpertSplit) -> Result<Shard> {
         if world == 0 || rank >= world {
             return Err(Error::invalid("shard", format!("rank {rank} of {world} ranks")));
         }
-        Ok(Shard { rank, world })
+        Ok(Shard { rank, world, experts })
     }
 
     /// Whether the model is split at all.
@@ -98,14 +113,15 @@ mod tests {
         out
     }
 
-    /// Each rank's logits and weight bytes, from `world` threads each running
-    /// `load(its group)`.
+    /// Each rank's logits and weight bytes, from `world` threads (experts split as
+    /// `experts` says) each running `load(its group)`.
     fn ranks(
         world: usize,
+        experts: ExpertSplit,
         load: impl Fn(Arc<dyn Collective>) -> Model + Sync,
         go: impl Fn(&Model) -> Vec<Tensor> + Sync,
     ) -> Vec<(Vec<Tensor>, usize)> {
-        run_ranks(world, |comm| {
+        run_ranks(world, experts, |comm| {
             let model = load(comm);
             Ok((go(&model), model.weight_bytes()))
         })
@@ -136,15 +152,16 @@ mod tests {
             let load = |comm: Arc<dyn Collective>| {
                 Model::load_parallel(&dir, Device::Cpu, DType::F32, Quantize::None, comm).unwrap()
             };
-            for (rank, (got, bytes)) in
-                ranks(world, load, |m| run(m, &prompt, &steps)).into_iter().enumerate()
-            {
-                assert_close(arch, world, &want, &got);
-                assert!(
-                    bytes < whole.weight_bytes(),
-                    "{arch}: rank {rank} holds {bytes} B, the whole model {}",
-                    whole.weight_bytes()
-                );
+            for experts in [ExpertSplit::Columns, ExpertSplit::Whole] {
+                let got = ranks(world, experts, load, |m| run(m, &prompt, &steps));
+                for (rank, (got, bytes)) in got.into_iter().enumerate() {
+                    assert_close(arch, world, &want, &got);
+                    let all = whole.weight_bytes();
+                    assert!(
+                        bytes < all,
+                        "{arch} {experts:?}: rank {rank} holds {bytes} B, the whole model {all}"
+                    );
+                }
             }
         }
     }
@@ -170,8 +187,10 @@ mod tests {
             let load = |comm: Arc<dyn Collective>| {
                 Model::build_parallel(config.clone(), &mut random(comm.shard()), comm).unwrap()
             };
-            for (got, _) in ranks(world, load, |m| run(m, &prompt, &steps)) {
-                assert_close("random qwen3_moe", world, &want, &got);
+            for experts in [ExpertSplit::Columns, ExpertSplit::Whole] {
+                for (got, _) in ranks(world, experts, load, |m| run(m, &prompt, &steps)) {
+                    assert_close("random qwen3_moe", world, &want, &got);
+                }
             }
         }
     }
@@ -180,17 +199,21 @@ mod tests {
     #[test]
     fn uneven_heads_and_mismatched_ranks_are_errors() {
         let dir = fixtures_dir().join("models/llama");
-        let comm: Arc<dyn Collective> = Arc::new(ThreadGroup::new(3).unwrap().remove(0));
+        let comm: Arc<dyn Collective> =
+            Arc::new(ThreadGroup::new(3, ExpertSplit::Columns).unwrap().remove(0));
         let err = Model::load_parallel(&dir, Device::Cpu, DType::F32, Quantize::None, comm)
             .err()
             .unwrap()
             .to_string();
         assert!(err.contains("do not split evenly over 3 ranks"), "{err}");
         let config = Config::load(&dir).unwrap();
-        let comm: Arc<dyn Collective> = Arc::new(ThreadGroup::new(2).unwrap().remove(1));
+        let comm: Arc<dyn Collective> =
+            Arc::new(ThreadGroup::new(2, ExpertSplit::Columns).unwrap().remove(1));
         let mut src = RandomSource::new(Device::Cpu, DType::F32, 1);
         let err = Model::build_parallel(config, &mut src, comm).err().unwrap().to_string();
         assert!(err.contains("rank"), "{err}");
-        assert!(Shard::new(2, 2).is_err() && Shard::new(0, 0).is_err());
+        assert!(
+            Shard::new(2, 2, ExpertSplit::Columns).is_err() && Shard::new(0, 0, ExpertSplit::Whole).is_err()
+        );
     }
 }

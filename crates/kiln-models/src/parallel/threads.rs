@@ -6,7 +6,7 @@
 //! A rank whose handle is dropped before the others finish (an error, a panic) breaks the
 //! group: the others' collectives return an error instead of waiting for it forever.
 
-use super::{Collective, Shard};
+use super::{Collective, ExpertSplit, Shard};
 use kiln::{Device, Error, Result, Tensor};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -31,14 +31,14 @@ struct Round {
 }
 
 impl ThreadGroup {
-    /// Handles for ranks `0..world`, one to move into each rank's thread. Every rank must
-    /// run the same collectives in the same order.
-    pub fn new(world: usize) -> Result<Vec<ThreadGroup>> {
-        Shard::new(0, world)?;
+    /// Handles for ranks `0..world` (their experts split as `experts` says), one to move
+    /// into each rank's thread. Every rank must run the same collectives in the same order.
+    pub fn new(world: usize, experts: ExpertSplit) -> Result<Vec<ThreadGroup>> {
+        Shard::new(0, world, experts)?;
         let round = Round { slots: vec![None; world], count: 0, reading: false, broken: false };
         let shared = Arc::new(Shared { round: Mutex::new(round), changed: Condvar::new() });
         Ok((0..world)
-            .map(|rank| ThreadGroup { shard: Shard { rank, world }, shared: shared.clone() })
+            .map(|rank| ThreadGroup { shard: Shard { rank, world, experts }, shared: shared.clone() })
             .collect())
     }
 
@@ -86,15 +86,16 @@ impl ThreadGroup {
     }
 }
 
-/// Runs `rank` on a thread of its own for each rank of a new `world`-rank group, handing it
-/// that rank's collectives, and returns the ranks' results in rank order, or the first
+/// Runs `rank` on a thread of its own for each rank of a new `world`-rank group (experts
+/// split as `experts` says), handing it that rank's collectives, and returns the ranks' results in rank order, or the first
 /// rank's error (a rank that fails breaks the group, so the others fail too rather than
 /// wait for it).
 pub fn run_ranks<T: Send>(
     world: usize,
+    experts: ExpertSplit,
     rank: impl Fn(Arc<dyn Collective>) -> Result<T> + Sync,
 ) -> Result<Vec<T>> {
-    let groups = ThreadGroup::new(world)?;
+    let groups = ThreadGroup::new(world, experts)?;
     let results: Vec<Result<T>> = std::thread::scope(|s| {
         let rank = &rank;
         let handles: Vec<_> = groups.into_iter().map(|g| s.spawn(move || rank(Arc::new(g)))).collect();
@@ -155,7 +156,7 @@ mod tests {
         let want_sum = inputs[0].add(&inputs[1]).unwrap().add(&inputs[2]).unwrap().to_vec::<f32>().unwrap();
         let want_cat = Tensor::cat(&inputs, 1).unwrap().to_vec::<f32>().unwrap();
         let results: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
-            let handles: Vec<_> = ThreadGroup::new(world)
+            let handles: Vec<_> = ThreadGroup::new(world, ExpertSplit::Columns)
                 .unwrap()
                 .into_iter()
                 .zip(&inputs)
@@ -174,13 +175,13 @@ mod tests {
             assert_eq!(sum, want_sum);
             assert_eq!(cat, want_cat);
         }
-        assert!(ThreadGroup::new(0).is_err());
+        assert!(ThreadGroup::new(0, ExpertSplit::Columns).is_err());
     }
 
     /// A rank that leaves early makes the others' next collective an error, not a hang.
     #[test]
     fn a_rank_leaving_breaks_the_group() {
-        let mut group = ThreadGroup::new(2).unwrap();
+        let mut group = ThreadGroup::new(2, ExpertSplit::Columns).unwrap();
         let second = group.pop().unwrap();
         let first = group.pop().unwrap();
         let x = Tensor::ones(&[2], DType::F32, Device::Cpu).unwrap();
@@ -195,9 +196,9 @@ mod tests {
     #[test]
     fn run_ranks_reports_the_failing_rank_s_own_error() {
         let ones = || Tensor::ones(&[1], DType::F32, Device::Cpu);
-        let sums = run_ranks(3, |c| c.all_reduce_sum(&ones()?)?.item()).unwrap();
+        let sums = run_ranks(3, ExpertSplit::Columns, |c| c.all_reduce_sum(&ones()?)?.item()).unwrap();
         assert_eq!(sums, [3.0; 3]);
-        let err = run_ranks(3, |c| {
+        let err = run_ranks(3, ExpertSplit::Columns, |c| {
             if c.shard().rank == 1 {
                 return Err(Error::invalid("test", "rank 1 fails"));
             }
