@@ -85,13 +85,7 @@ impl Model {
     /// [`load`](Model::load), with dense linear weights quantised on load as `quantize` says
     /// (`kiln generate --quantize fp8`).
     pub fn load_quantized(dir: &Path, device: Device, dtype: DType, quantize: Quantize) -> Result<Model> {
-        let config = Config::load(dir)?;
-        let mut src = CheckpointSource::open(dir, device, dtype)?.with_quantize(quantize);
-        src.confirm(|ck| crate::config_check::check_model(&config, ck))?;
-        let model = Self::build(config, &mut src);
-        // Report bad tensors first: a build error is often their consequence.
-        src.finish()?;
-        model
+        Self::load_with(dir, device, dtype, quantize, None)
     }
 
     /// A model of `config`'s shape with seeded random weights made on `device`.
@@ -122,11 +116,26 @@ impl Model {
         quantize: Quantize,
         comm: Arc<dyn Collective>,
     ) -> Result<Model> {
+        Self::load_with(dir, device, dtype, quantize, Some(comm))
+    }
+
+    /// The model in `dir`, whole or (with `comm`) that rank's part.
+    fn load_with(
+        dir: &Path,
+        device: Device,
+        dtype: DType,
+        quantize: Quantize,
+        comm: Option<Arc<dyn Collective>>,
+    ) -> Result<Model> {
         let config = Config::load(dir)?;
-        let mut src =
-            CheckpointSource::open(dir, device, dtype)?.with_quantize(quantize).with_shard(comm.shard());
+        let shard = comm.as_ref().map_or(Shard::WHOLE, |c| c.shard());
+        let mut src = CheckpointSource::open(dir, device, dtype)?.with_quantize(quantize).with_shard(shard);
         src.confirm(|ck| crate::config_check::check_model(&config, ck))?;
-        let model = Self::build_parallel(config, &mut src, comm);
+        let model = match comm {
+            Some(comm) => Self::build_parallel(config, &mut src, comm),
+            None => Self::build(config, &mut src),
+        };
+        // Report bad tensors first: a build error is often their consequence.
         src.finish()?;
         model
     }
@@ -198,8 +207,8 @@ impl Model {
         let lm_head = match (c.tie_word_embeddings, lm_head_split) {
             (true, false) => embed.clone(),
             (true, true) => {
-                let rows = c.vocab_size / shard.world;
-                embed.narrow(0, shard.rank * rows, rows)?
+                let (start, rows) = shard.part("vocabulary rows", c.vocab_size)?;
+                embed.narrow(0, start, rows)?
             }
             (false, false) => src.get("lm_head.weight", &[c.vocab_size, h])?,
             (false, true) => src.get_part("lm_head.weight", &[c.vocab_size, h], 0)?,

@@ -366,8 +366,8 @@ impl WeightSource for CheckpointSource {
         if !self.shard.is_split() {
             return self.get(name, shape);
         }
-        let len = self.shard.part_len(name, shape[dim])?;
-        self.read(name, shape, Some((dim, self.shard.rank * len, len)))
+        let (start, len) = self.shard.part(name, shape[dim])?;
+        self.read(name, shape, Some((dim, start, len)))
     }
 
     /// Stored float8_e4m3fn: FP8 with the stored scales (dequantised to dense when the

@@ -88,10 +88,7 @@ impl MoeBlock {
         };
         let shard = src.shard();
         let held = match shard.experts {
-            ExpertSplit::Whole if shard.is_split() => {
-                let n = shard.part_len("experts", e)?;
-                Some((shard.rank * n, n))
-            }
+            ExpertSplit::Whole if shard.is_split() => Some(shard.part("experts", e)?),
             _ => None,
         };
         let (first, count) = held.unwrap_or((0, e));

@@ -74,11 +74,17 @@ impl Shard {
         Ok(n / self.world)
     }
 
-    /// This rank's slice of `x` along `dim`: `part_len` units from `rank · part_len`,
-    /// contiguous.
+    /// This rank's units of `n`: `(start, len)` with `len` = [`part_len`](Shard::part_len)
+    /// and `start` = `rank · len`.
+    pub fn part(&self, what: &str, n: usize) -> Result<(usize, usize)> {
+        let len = self.part_len(what, n)?;
+        Ok((self.rank * len, len))
+    }
+
+    /// This rank's slice of `x` along `dim` ([`part`](Shard::part)), contiguous.
     pub fn part_of(&self, x: &Tensor, dim: usize, what: &str) -> Result<Tensor> {
-        let len = self.part_len(what, x.shape()[dim])?;
-        x.narrow(dim as isize, self.rank * len, len)?.contiguous()
+        let (start, len) = self.part(what, x.shape()[dim])?;
+        x.narrow(dim as isize, start, len)?.contiguous()
     }
 }
 
