@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repo root, over binaries staged by stage-gpu.sh, and
 # ends with a short table. Every step has a time limit so one hang cannot eat the call.
-# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all|suite:NAME|decode:PRESET|steps:PRESET|long:PRESET] ...
+# Usage: bash .gpu/gpu-test.sh [tests|bench|sanitize|profile|all|suite:NAME|decode:PRESET|steps:PRESET|long:PRESET|sweep:SUITE] ...
 #   (default: tests bench). KILN_GPU_ONLY=REGEX keeps the test binaries and kernel families
 #   (sanitize) whose names match it.
 #   tests:    unit tests, every gpu_* parity binary, fixtures (ops + models) on CUDA,
@@ -17,6 +17,8 @@
 #                  (DECODE_PEER=none: kiln alone)
 #   steps:PRESET   ncu's time per kernel of one decode step of PRESET (bench/ncu_steps.py)
 #   long:PRESET    `kiln bench --suite long --preset PRESET`: 10,000 tokens, memory flat?
+#   sweep:SUITE    `KILN_GEMV_SWEEP=1 kiln bench --suite SUITE --peer none` (linear or
+#                  experts): every GEMV variant per shape, for the policy in cuda/ops/gemv.rs
 # $OUT gets two files, refreshed after every step so a call cut short still brings back
 # what ran: kiln-gpu.tgz (logs/ and results/*.json) and table.txt.
 set -uo pipefail
@@ -92,7 +94,7 @@ declare -A RACECHECK=(
   [fp8_gemm]="gpu_fp8 own_gemm"
   [fp8_linear]="gpu_fp8 decode_kernel w8a16"
   [gated_delta]="gpu_parity gated_delta"
-  [gemv]="gpu_linear shapes experts_sum swiglu"
+  [gemv]="gpu_linear shapes experts_sum swiglu norm_linear"
   [linalg_inv]="gpu_linalg inv"
   [linalg_lu]="gpu_linalg lu"
   [linalg_trsm]="gpu_linalg solve_triangular"
@@ -140,6 +142,7 @@ for m in "${modes[@]}"; do
     steps:*) run "${m/:/_}" 400 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
         .gpu/kiln bench --suite decode --preset "${m#steps:}" --peer none \
         && python3 .gpu/ncu_steps.py "$LOG/${m/:/_}.log" >"$RES/steps-${m#steps:}.txt"; snapshot;;
+    sweep:*) KILN_GEMV_SWEEP=1 run "${m/:/_}" 400 .gpu/kiln bench --suite "${m#sweep:}" --peer none --json "$RES/sweep-${m#sweep:}.json";;
     long:*) run "${m/:/_}" 400 .gpu/kiln bench --suite long --preset "${m#long:}" --json "$RES/long-${m#long:}.json";;
     *) echo "unknown mode $m"; exit 2;; esac
 done

@@ -56,25 +56,32 @@ const WORKLOADS: &[Workload] = &[
     w("LFM2-8B-A1B", "gate_up", 32, 4, 2 * 1792, 2048, 4096),
 ];
 
-/// Group ends for `tokens` tokens, each routed to `top_k` distinct experts of `experts`
-/// (xorshift draws from a fixed seed).
-fn group_ends(experts: usize, top_k: usize, tokens: usize, seed: u64) -> Vec<i32> {
+/// The experts of `tokens` tokens, `top_k` distinct ones of `experts` each, row-major
+/// `[tokens, top_k]` (xorshift draws from a fixed seed; the experts suite routes by it too).
+pub(crate) fn draw_experts(experts: usize, top_k: usize, tokens: usize, seed: u64) -> Vec<i64> {
     let mut s = seed | 1;
-    let mut counts = vec![0i32; experts];
-    let mut chosen = Vec::with_capacity(top_k);
+    let k = top_k.min(experts);
+    let mut out = Vec::with_capacity(tokens * k);
     for _ in 0..tokens {
-        chosen.clear();
-        while chosen.len() < top_k.min(experts) {
+        let first = out.len();
+        while out.len() < first + k {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            let e = (s % experts as u64) as usize;
-            if !chosen.contains(&e) {
-                chosen.push(e);
+            let e = (s % experts as u64) as i64;
+            if !out[first..].contains(&e) {
+                out.push(e);
             }
         }
-        chosen.iter().for_each(|&e| counts[e] += 1);
     }
+    out
+}
+
+/// Group ends for `tokens` tokens, each routed to `top_k` distinct experts of `experts`
+/// ([`draw_experts`]).
+fn group_ends(experts: usize, top_k: usize, tokens: usize, seed: u64) -> Vec<i32> {
+    let mut counts = vec![0i32; experts];
+    draw_experts(experts, top_k, tokens, seed).iter().for_each(|&e| counts[e as usize] += 1);
     counts.iter().scan(0, |end, c| Some(*end + c).inspect(|e| *end = *e)).collect()
 }
 

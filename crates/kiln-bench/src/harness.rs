@@ -66,6 +66,7 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         "reductions" => crate::reductions::run(opts.peer),
         "fp8" => crate::fp8::run(opts.peer),
         "grouped" => crate::grouped::run(opts.peer),
+        "experts" => crate::experts::run(),
         "linalg" => crate::linalg::run(opts.peer),
         "attention" => crate::attention::run(opts.peer),
         "decode" if device == Device::Cpu => crate::cpu_decode::run(opts.preset),
@@ -76,7 +77,7 @@ pub fn run_suite(name: &str, device: Device, opts: &Options) -> Result<Value> {
         other => Err(Error::invalid(
             "bench",
             format!(
-                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, linalg, attention, ops, decode, memory, long, vae, correctness, default, all)"
+                "unknown suite {other:?} (cpu, runtime, linear, reductions, fp8, grouped, experts, linalg, attention, ops, decode, memory, long, vae, correctness, default, all)"
             ),
         )),
     }

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod cpu;
 pub mod cpu_decode;
 pub mod decode;
+pub mod experts;
 pub mod fixtures;
 pub mod fp8;
 pub mod grouped;

@@ -36,7 +36,7 @@ enum Cmd {
     /// Measure op latency, throughput, correctness and memory. Without --suite: a default
     /// set (about two minutes on a GPU; a reduced CPU set without one, saying why).
     Bench {
-        /// cpu, runtime, linear, reductions, fp8, grouped, linalg, attention, ops (runtime to grouped), decode, memory,
+        /// cpu, runtime, linear, reductions, fp8, grouped, experts, linalg, attention, ops (runtime to grouped), decode, memory,
         /// long (10,000 tokens of --preset with memory sampled at three levels), vae, correctness,
         /// default, all.
         #[arg(long, default_value = "default")]

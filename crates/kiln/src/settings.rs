@@ -142,7 +142,7 @@ pub static AFTER_PREVIOUS: Setting<bool> = Setting::new(
 /// A forced GEMV variant for every decode `linear` (`None`: chosen by shape).
 pub static GEMV_VARIANT: Setting<Option<gemv::Variant>> = Setting::new(
     "KILN_GEMV_VARIANT",
-    "GEMV variant of every decode linear, e.g. v16_r2_o4_w8_k8 (default auto: by shape)",
+    "GEMV variant of every decode linear, e.g. b16_r2_u4_g1_w4 (default auto: by shape)",
     || None,
     parse_auto,
 );
@@ -161,6 +161,15 @@ pub static FP8_LINEAR_VARIANT: Setting<Option<Fp8LinearVariant>> = Setting::new(
 pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
     "KILN_DECODE_ATTENTION",
     "decode attention for 1-8 queries: split-KV kernel on CUDA, one pass on the CPU (0: composed)",
+    || true,
+    parse_bool,
+);
+
+/// `Tensor::rms_norm_linear` on CUDA normalises inside the GEMV where it fits (`0`: the
+/// separate norm, then the linear, for comparison).
+pub static NORM_LINEAR: Setting<bool> = Setting::new(
+    "KILN_NORM_LINEAR",
+    "a decoder's residual add + RMS norm inside the next GEMV on CUDA (0: separate launches)",
     || true,
     parse_bool,
 );
@@ -318,13 +327,14 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 21] = [
+pub static ALL: [&dyn Describe; 22] = [
     &AFTER_PREVIOUS,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
     &FP8_GEMM,
     &FP8_FORCE_EPILOGUE,
     &DECODE_ATTENTION,
+    &NORM_LINEAR,
     &PREFILL_ATTENTION,
     &GRAPH_DECODE,
     &SOFTMAX_PATH,
