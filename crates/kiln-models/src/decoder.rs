@@ -14,7 +14,7 @@
 use crate::config::{Config, MixerKind};
 use crate::gated_delta::GatedDelta;
 use crate::kv_cache::KvCache;
-use crate::layers::{Attention, Mlp, NormInput, RmsNorm, Rope, WeightBytes};
+use crate::layers::{Attention, Mlp, RmsNorm, Rope, WeightBytes};
 use crate::loader::{CheckpointSource, Quantize, RandomSource, WeightSource};
 use crate::moe::MoeBlock;
 use crate::parallel::{Collective, Shard};
@@ -279,37 +279,36 @@ impl Model {
         cache.begin_step(t)?;
         let x =
             self.embed.index_select(0, &ids.reshape(&[b * t])?)?.reshape(&[b, t, self.config.hidden_size])?;
-        let h = self.run_layers(x, |l, input| l.mix(input, &self.rope, cache))?;
+        let h = self.run_layers(x, |l, h| l.mix(h, &self.rope, cache))?;
         cache.advance(t)?;
         Ok(h)
     }
 
     /// The layers and the final norm over embeddings `x`, with `mix` running a layer's
-    /// mixer over its input before the input norm (over one cache, or one cache per
-    /// sequence in `batched`) and returning its output and the residual sum.
+    /// mixer (over one cache, or one cache per sequence in `batched`).
     fn run_layers(
         &self,
-        x: Tensor,
-        mut mix: impl FnMut(&Layer, &NormInput) -> Result<(Tensor, Tensor)>,
+        mut x: Tensor,
+        mut mix: impl FnMut(&Layer, &Tensor) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        // Each residual add and the norm after it run in the next linear where they can
-        // (`NormInput::linear`): the layer's input norm in its q / k / v projection, the
-        // post-norm in the MLP's gate_up or the MoE router; the final norm alone.
-        let (mut x, mut delta) = (x, None::<Tensor>);
-        for l in &self.layers {
-            let (mut a, sum) = mix(l, &NormInput { x: &x, delta: delta.as_ref(), norm: &l.input_norm })?;
+        // Each residual add is fused with the norm after it: the layer's post-norm, then
+        // the next layer's input norm (the final norm after the last layer).
+        let mut h = self.layers.first().map_or(&self.norm, |l| &l.input_norm).forward(&x)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            let mut a = mix(l, &h)?;
             // Split layers give partial sums; the replicated mixers give the whole.
             if matches!(l.mixer, Mixer::Attention(_)) {
                 a = self.all_reduce(a)?;
             }
-            let input = NormInput { x: &sum, delta: Some(&a), norm: &l.post_norm };
-            let (f, sum) = match &l.ffn {
-                Ffn::Dense(m) => m.forward_input(&input)?,
-                Ffn::Moe(m) => m.forward_input(&input)?,
-            };
-            (x, delta) = (sum, Some(self.all_reduce(f)?));
+            let (normed, sum) = l.post_norm.add_forward(&x, &a)?;
+            let f = self.all_reduce(match &l.ffn {
+                Ffn::Dense(m) => m.forward(&normed)?,
+                Ffn::Moe(m) => m.forward(&normed)?,
+            })?;
+            let next = self.layers.get(i + 1).map_or(&self.norm, |n| &n.input_norm);
+            (h, x) = next.add_forward(&sum, &f)?;
         }
-        Ok(NormInput { x: &x, delta: delta.as_ref(), norm: &self.norm }.normed()?.0)
+        Ok(h)
     }
 
     /// Vocabulary logits `[…, V]` of hidden states `[…, H]`, in the model's dtype.
@@ -342,18 +341,8 @@ impl Model {
 }
 
 impl Layer {
-    /// The mixer over the layer's input `[B, T, H]` after its norm, reading and extending
-    /// `cache`: (output, the residual sum). Attention runs the norm in its q / k / v GEMV.
-    fn mix(&self, input: &NormInput, rope: &Rope, cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
-        if let Mixer::Attention(a) = &self.mixer {
-            return a.forward_input(input, rope, cache, self.slot);
-        }
-        let (h, sum) = input.normed()?;
-        Ok((self.mix_normed(&h, rope, cache)?, sum))
-    }
-
-    /// The mixer over `h` `[B, T, H]`, already normalised.
-    fn mix_normed(&self, h: &Tensor, rope: &Rope, cache: &mut KvCache) -> Result<Tensor> {
+    /// The mixer over `h` `[B, T, H]`, reading and extending `cache`.
+    fn mix(&self, h: &Tensor, rope: &Rope, cache: &mut KvCache) -> Result<Tensor> {
         match &self.mixer {
             Mixer::Attention(a) => a.forward(h, rope, cache, self.slot),
             Mixer::ShortConv(s) => s.forward(h, cache, self.slot),

@@ -11,7 +11,7 @@ use crate::fp8_weight::Fp8Weight;
 use crate::kv_cache::KvCache;
 use crate::loader::WeightSource;
 use kiln::fp8::Granularity;
-use kiln::{DType, Device, HeadNorm, KvSlots, NormLinear, Result, RotaryStart, Sdpa, Tensor};
+use kiln::{DType, Device, HeadNorm, KvSlots, Result, RotaryStart, Sdpa, Tensor};
 
 /// The `[out, in]` weight of a linear layer, as stored (`x @ weight.T`).
 #[derive(Clone, Debug)]
@@ -203,11 +203,6 @@ impl Linear {
         self.weight.forward(x, self.bias.as_ref())
     }
 
-    /// [`Linear::forward`] of a block's input after its norm ([`NormInput::linear`]).
-    pub(crate) fn forward_input(&self, input: &NormInput) -> Result<NormLinear> {
-        input.linear(&self.weight, self.bias.as_ref(), false)
-    }
-
     pub(crate) fn weight_bytes(&self, acc: &mut WeightBytes) {
         acc.add_linear(&self.weight);
         if let Some(b) = &self.bias {
@@ -253,42 +248,6 @@ impl RmsNorm {
     }
 }
 
-/// A block's input before its RMS norm: the residual stream `x`, the delta the block
-/// before adds to it (none for the first block) and the norm. [`NormInput::linear`] runs
-/// the add and the norm inside the block's first linear where it can (one launch on CUDA,
-/// `Tensor::rms_norm_linear`); [`NormInput::normed`] runs them alone.
-pub(crate) struct NormInput<'a> {
-    pub x: &'a Tensor,
-    pub delta: Option<&'a Tensor>,
-    pub norm: &'a RmsNorm,
-}
-
-impl NormInput<'_> {
-    /// `(norm(x + delta), x + delta)`.
-    pub fn normed(&self) -> Result<(Tensor, Tensor)> {
-        match self.delta {
-            Some(d) => self.norm.add_forward(self.x, d),
-            None => Ok((self.norm.forward(self.x)?, self.x.clone())),
-        }
-    }
-
-    /// The normalised input through `w` (+ `bias`; `swiglu`: SwiGLU of a gate_up weight),
-    /// the normalised input and the sum. Fused for a dense weight whose dtype is the
-    /// input's and the norm's; otherwise [`NormInput::normed`], then the linear.
-    pub fn linear(&self, w: &LinearWeight, bias: Option<&Tensor>, swiglu: bool) -> Result<NormLinear> {
-        let nw = &self.norm.weight;
-        if let LinearWeight::Dense(dw) = w {
-            if nw.dtype() == self.x.dtype() && dw.dtype() == self.x.dtype() {
-                return self.x.rms_norm_linear(self.delta, nw, self.norm.eps, dw, bias, swiglu);
-            }
-        }
-        let (normed, sum) = self.normed()?;
-        let y = w.forward(&normed, bias)?;
-        let y = if swiglu { self::swiglu(&y)? } else { y };
-        Ok(NormLinear { y, normed, sum })
-    }
-}
-
 /// `down(silu(gate(x)) * up(x))`, with gate and up fused into one `[2·I, H]` weight at
 /// load so the step costs one matmul for both (dense, or FP8 with per-row scales).
 pub struct Mlp {
@@ -313,13 +272,6 @@ impl Mlp {
         let [gate, up, down] = names.map(|n| format!("{prefix}.{n}"));
         let (gate_up, down) = load_gate_up_down(src, [&gate, &up, &down], hidden, inter, true)?;
         Ok(Mlp { gate_up, down })
-    }
-
-    /// A block's input through its norm and the MLP: (output, the residual sum). The norm
-    /// runs in the gate_up GEMV where it can ([`NormInput::linear`]).
-    pub(crate) fn forward_input(&self, input: &NormInput) -> Result<(Tensor, Tensor)> {
-        let act = input.linear(&self.gate_up, None, true)?;
-        Ok((self.down.forward(&act.y, None)?, act.sum))
     }
 
     /// `x` `[…, H]` through the MLP.
@@ -516,31 +468,13 @@ impl Attention {
     /// `x` `[B, T, H]` at positions `cache.len()..+T`; appends this step's keys and values
     /// to the cache's attention layer `layer`.
     pub fn forward(&self, x: &Tensor, rope: &Rope, cache: &mut KvCache, layer: usize) -> Result<Tensor> {
-        self.attend(&self.qkv.forward(x)?, rope, cache, layer)
-    }
-
-    /// [`Attention::forward`] of a block's input before its norm, which runs in the q / k /
-    /// v GEMV where it can: (output, the residual sum).
-    pub(crate) fn forward_input(
-        &self,
-        input: &NormInput,
-        rope: &Rope,
-        cache: &mut KvCache,
-        layer: usize,
-    ) -> Result<(Tensor, Tensor)> {
-        let qkv = self.qkv.forward_input(input)?;
-        Ok((self.attend(&qkv.y, rope, cache, layer)?, qkv.sum))
-    }
-
-    /// The rest of [`Attention::forward`] after the q / k / v projection `qkv` `[B, T, …]`.
-    fn attend(&self, qkv: &Tensor, rope: &Rope, cache: &mut KvCache, layer: usize) -> Result<Tensor> {
-        let (b, t) = (qkv.shape()[0], qkv.shape()[1]);
+        let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hq, hkv, d) = (self.heads, self.kv_heads, self.head_dim);
         let pos = cache.len();
         // The projection seen as heads of d: q's (or q and gate's, interleaved per head),
         // then k's, then v's; views, no copies.
         let q_heads = if self.output_gate { 2 * hq } else { hq };
-        let heads = qkv.reshape(&[b, t, q_heads + 2 * hkv, d])?;
+        let heads = self.qkv.forward(x)?.reshape(&[b, t, q_heads + 2 * hkv, d])?;
         let (mut q, gate) = if self.output_gate {
             let qg = heads.narrow(2, 0, q_heads)?.reshape(&[b, t, hq, 2 * d])?;
             (qg.narrow(-1, 0, d)?, Some(qg.narrow(-1, d, d)?.reshape(&[b, t, hq * d])?))
@@ -553,7 +487,7 @@ impl Attention {
         let start = step.as_ref().map_or(RotaryStart::At(pos), |s| RotaryStart::Device(&s.position));
         let norms = self.q_norm.as_ref().zip(self.k_norm.as_ref());
         let fused = norms.is_none_or(|(qn, kn)| {
-            qn.eps == kn.eps && qn.weight.dtype() == qkv.dtype() && kn.weight.dtype() == qkv.dtype()
+            qn.eps == kn.eps && qn.weight.dtype() == x.dtype() && kn.weight.dtype() == x.dtype()
         });
         let (q, keys, values) = if gate.is_none() && fused {
             // q's heads, k's, v's: one launch normalises (Qwen3) and turns q and k, and writes

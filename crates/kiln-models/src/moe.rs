@@ -34,7 +34,7 @@
 //! weight zero here). Either way its output is a partial sum that the decoder all-reduces.
 
 use crate::config::{Config, RouterConfig};
-use crate::layers::{load_gate_up_down, swiglu, LinearWeight, Mlp, NormInput, WeightBytes};
+use crate::layers::{load_gate_up_down, swiglu, LinearWeight, Mlp, WeightBytes};
 use crate::loader::WeightSource;
 use crate::parallel::ExpertSplit;
 use kiln::{DType, Error, Result, Router, Tensor};
@@ -183,23 +183,10 @@ impl MoeBlock {
 
     /// `x` `[…, H]` → `[…, H]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_routed(x, &x.linear(&self.router, None)?)
-    }
-
-    /// A block's input through its norm and the block: (output, the residual sum). The
-    /// norm runs in the router's GEMV where it can, which also stores the normalised rows
-    /// the experts read ([`NormInput::linear`]).
-    pub(crate) fn forward_input(&self, input: &NormInput) -> Result<(Tensor, Tensor)> {
-        let r = input.linear(&LinearWeight::Dense(self.router.clone()), None, false)?;
-        Ok((self.forward_routed(&r.normed, &r.y)?, r.sum))
-    }
-
-    /// [`MoeBlock::forward`] of `x` `[…, H]` whose router logits are `logits` `[…, E]`.
-    fn forward_routed(&self, x: &Tensor, logits: &Tensor) -> Result<Tensor> {
         let h = x.size(-1)?;
         let x2 = x.reshape(&[x.numel() / h, h])?;
         let n = x2.shape()[0];
-        let (weights, experts) = self.route_logits(&logits.reshape(&[n, logits.numel() / n.max(1)])?)?;
+        let (weights, experts) = self.route(&x2)?;
         let (weights, experts) = self.to_held(weights, experts)?;
         let gathered =
             if n * self.top_k <= self.num_experts() { self.gathered(&x2, &experts, &weights)? } else { None };
@@ -218,11 +205,7 @@ impl MoeBlock {
     /// indices `[n, k]` (int64): one fused `router_topk` launch after the router's GEMV
     /// (and a scaling when `routed_scaling_factor` is not 1).
     pub fn route(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
-        self.route_logits(&x.linear(&self.router, None)?)
-    }
-
-    /// [`MoeBlock::route`] from the router's logits `[n, E]`.
-    fn route_logits(&self, logits: &Tensor) -> Result<(Tensor, Tensor)> {
+        let logits = x.linear(&self.router, None)?;
         let r = &self.routing;
         let router =
             if r.sigmoid { Router::Sigmoid { bias: self.expert_bias.as_ref() } } else { Router::Softmax };

@@ -22,7 +22,7 @@ pub use device::Device;
 pub use dtype::{DType, Elem};
 pub use error::{Error, Result};
 pub use ops::{
-    BinaryOp, Conv, ExpertGroups, GatedDelta, HeadNorm, InterpolateMode, KvSlots, NormLinear, PadMode, RandKind,
+    BinaryOp, Conv, ExpertGroups, GatedDelta, HeadNorm, InterpolateMode, KvSlots, PadMode, RandKind,
     ReduceOp, Reduction, Resize, RotaryStart, Router, Sdpa, UnaryOp,
 };
 pub use tensor::Tensor;

@@ -165,15 +165,6 @@ pub static DECODE_ATTENTION: Setting<bool> = Setting::new(
     parse_bool,
 );
 
-/// `Tensor::rms_norm_linear` on CUDA normalises inside the GEMV where it fits (`0`: the
-/// separate norm, then the linear, for comparison).
-pub static NORM_LINEAR: Setting<bool> = Setting::new(
-    "KILN_NORM_LINEAR",
-    "a decoder's residual add + RMS norm inside the next GEMV on CUDA (0: separate launches)",
-    || true,
-    parse_bool,
-);
-
 /// `scaled_dot_product_attention` on CUDA takes the prefill kernel (flash attention,
 /// `cuda/ops/attention_prefill.rs`) where it fits and the decode kernel does not; 0 sends
 /// those calls to the composed path, for comparison.
@@ -327,14 +318,13 @@ pub static GEMV_SWEEP: Setting<bool> = Setting::new(
 );
 
 /// Every setting, for `kiln info`.
-pub static ALL: [&dyn Describe; 22] = [
+pub static ALL: [&dyn Describe; 21] = [
     &AFTER_PREVIOUS,
     &GEMV_VARIANT,
     &FP8_LINEAR_VARIANT,
     &FP8_GEMM,
     &FP8_FORCE_EPILOGUE,
     &DECODE_ATTENTION,
-    &NORM_LINEAR,
     &PREFILL_ATTENTION,
     &GRAPH_DECODE,
     &SOFTMAX_PATH,

@@ -57,7 +57,7 @@ fn shapes(cx: &mut Ctx) -> Res {
     Ok(())
 }
 
-/// 32K keys (64 splits per group, merged by the last to finish) and keys and values as views of positions
+/// 32K keys (64 splits per group, merged by the second kernel) and keys and values as views of positions
 /// 0..n of a cache of larger capacity, with the batch of keys broadcast and a scale.
 fn long_and_views(cx: &mut Ctx) -> Res {
     let (q, qc) = cx.pair(&[1, 8, 1, 128], DType::BF16, 1.0).map_err(e)?;

@@ -1,6 +1,6 @@
 //! Decode-time `linear` on the GPU (the GEMV kernels of cuda/ops/gemv.rs, and the cuBLAS
 //! path they hand over to), `linear_swiglu`, `expert_linear`, `expert_swiglu` and
-//! `expert_linear_sum` (their experts kernels), `rms_norm_linear` and `grouped_mm` against the CPU backend: odd N and K, 1–8 rows, bias or none,
+//! `expert_linear_sum` (their experts kernels) and `grouped_mm` against the CPU backend: odd N and K, 1–8 rows, bias or none,
 //! non-contiguous x / bias / weight views, all three dtypes, and every kernel variant
 //! forced through the override. See `common/mod.rs` for the harness.
 
@@ -283,48 +283,6 @@ fn swiglu(cx: &mut Ctx) -> Res {
     Ok(())
 }
 
-/// `rms_norm_linear` (a residual add + RMS norm inside the GEMV on CUDA) against the CPU's
-/// add_rms_norm then linear / linear_swiglu: y, the normalised rows and the sum, with and
-/// without a delta, a bias, SwiGLU, odd N and K (4097: narrow loads), x rows sliced from
-/// wider ones, 1–8 rows and 9 (composed), f32 rows too long for the kernel's shared memory
-/// (composed), each dtype; each case also checks which path the router took.
-fn norm_linear(cx: &mut Ctx) -> Res {
-    for dt in DTYPES {
-        for (n, k) in [(7, 8), (129, 1000), (1000, 4096), (38, 4097)] {
-            let (w, nw, b) = (Pair::new(cx, &[n, k], dt)?, Pair::new(cx, &[k], dt)?, Pair::new(cx, &[n], dt)?);
-            for rows in [1, 3, 8, 9] {
-                let x = Pair::new(cx, &[rows, k + 3], dt)?.map(|x| x.narrow(1, 1, k))?;
-                let d = Pair::new(cx, &[rows, k], dt)?;
-                for (delta, bias, swiglu) in
-                    [(false, false, false), (true, false, false), (true, true, false), (true, false, true)]
-                {
-                    if swiglu && n % 2 == 1 {
-                        continue; // gate_up weights have 2·I rows
-                    }
-                    let name =
-                        format!("{dt} rms_norm_linear {rows}x[{n}, {k}] delta={delta} bias={bias} swiglu={swiglu}");
-                    let (dg, bg) = (delta.then_some(&d.g), bias.then_some(&b.g));
-                    let fused = rows <= 8
-                        && rows * k * dt.size() <= gemv::NORM_SMEM
-                        && !(swiglu && (k * dt.size()) % 16 != 0);
-                    let why = x.g.norm_linear_declines(dg, &nw.g, &w.g, bg, swiglu).map_err(e)?;
-                    if why.is_none() != fused {
-                        return Err(format!("{name}: fused kernel {}, expected {fused}", why.is_none()));
-                    }
-                    let gpu = x.g.rms_norm_linear(dg, &nw.g, 1e-5, &w.g, bg, swiglu);
-                    let gpu = gpu.map_err(|er| format!("{name}: {er}"))?;
-                    let cpu = x.c.rms_norm_linear(delta.then_some(&d.c), &nw.c, 1e-5, &w.c, bias.then_some(&b.c), swiglu);
-                    let cpu = cpu.map_err(|er| format!("{name}: {er}"))?;
-                    same(&format!("{name} y"), &gpu.y, &cpu.y, 2.0 * tol(dt))?;
-                    same(&format!("{name} normed"), &gpu.normed, &cpu.normed, tol(dt))?;
-                    same(&format!("{name} sum"), &gpu.sum, &cpu.sum, 0.0)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// `x.expert_linear_sum(down, ids, weights)` on both devices, compared.
 fn check_sum(name: &str, x: &Pair, w: &Pair, ids: &Pair, r: &Pair) -> Res {
     let gpu = x.g.expert_linear_sum(&w.g, &ids.g, &r.g).map_err(|er| format!("{name}: {er}"))?;
@@ -538,7 +496,6 @@ fn main() -> ExitCode {
         ("experts", experts),
         ("experts_sum", experts_sum),
         ("swiglu", swiglu),
-        ("norm_linear", norm_linear),
         ("grouped", grouped),
         ("expert_groups", expert_groups),
     ];

@@ -24,14 +24,13 @@ impl Model {
             c.begin_step(1)?;
         }
         let x = self.embed.index_select(0, &ids.reshape(&[n])?)?.reshape(&[n, 1, self.config.hidden_size])?;
-        let h = self.run_layers(x, |l, input| {
-            let (h, sum) = input.normed()?;
+        let h = self.run_layers(x, |l, h| {
             let rows = caches
                 .iter_mut()
                 .enumerate()
-                .map(|(i, c)| l.mix_normed(&h.narrow(0, i, 1)?, &self.rope, c))
+                .map(|(i, c)| l.mix(&h.narrow(0, i, 1)?, &self.rope, c))
                 .collect::<Result<Vec<_>>>()?;
-            Ok((Tensor::cat(&rows, 0)?, sum))
+            Tensor::cat(&rows, 0)
         })?;
         for c in caches.iter_mut() {
             c.advance(1)?;

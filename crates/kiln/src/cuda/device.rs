@@ -41,9 +41,6 @@ pub struct DeviceProps {
     pub warp_size: i32,
 }
 
-/// Arrival counters per stream ([`CudaDevice::arrivals`]): groups a launch may count in.
-pub(crate) const ARRIVALS: usize = 1 << 16;
-
 /// One CUDA device: its primary context, a default stream, the caching allocator, the kernel
 /// cache and a lazily created cuBLAS handle. Get it with [`device`].
 pub struct CudaDevice {
@@ -60,8 +57,6 @@ pub struct CudaDevice {
     /// Tests set this so every new buffer starts as 0xFF bytes (NaN / -1 / true): an
     /// element a kernel forgets to write then shows up.
     poison: std::sync::atomic::AtomicBool,
-    /// [`CudaDevice::arrivals`] of each stream (by its handle), made on first use.
-    arrivals: Mutex<HashMap<usize, DeviceBuffer>>,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -124,7 +119,6 @@ impl CudaDevice {
             blas: Mutex::new(None),
             capture: Mutex::new(None),
             poison: std::sync::atomic::AtomicBool::new(false),
-            arrivals: Mutex::new(HashMap::new()),
         })
     }
 
@@ -227,30 +221,6 @@ impl CudaDevice {
         // current stream, where the memset goes.
         unsafe { self.memset_d8(buf.ptr(), 0, bytes) }?;
         Ok(buf)
-    }
-
-    /// The address of the current stream's [`ARRIVALS`] u32 arrival counters, zero between
-    /// launches: a kernel whose blocks meet at the end (the last block of a group to finish
-    /// does the group's final step) counts arrivals there, and that last block sets its counter
-    /// back to 0. Launches on one stream run in order, so they never share a counter; another
-    /// stream gets counters of its own. Made and zeroed on a stream's first use, or when a
-    /// capture begins on it ([`CudaDevice::begin_capture`]), so never inside one.
-    pub(crate) fn arrivals(&self) -> Result<u64> {
-        let stream = self.stream();
-        let mut map = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
-        let key = stream.cu_stream() as usize;
-        if let Some(b) = map.get(&key) {
-            return Ok(b.ptr());
-        }
-        if stream.is_capturing()? {
-            return Err(Error::Cuda(
-                "arrival counters are made outside a graph capture (begin it with CudaDevice::begin_capture)".into(),
-            ));
-        }
-        let buf = self.alloc_zeroed(ARRIVALS * 4)?;
-        let ptr = buf.ptr();
-        map.insert(key, buf);
-        Ok(ptr)
     }
 
     /// Frees all cached (unused) blocks. Synchronises the device.

@@ -238,11 +238,9 @@ impl CudaDevice {
 
     /// Starts capturing the current stream into a graph (relaxed capture mode). Until
     /// [`CudaDevice::end_capture`], allocations on that stream come from the graph's private pool and
-    /// host-synchronising calls on it (e.g. `dtoh`) fail. The stream's arrival counters
-    /// ([`CudaDevice::arrivals`]) are made first, outside the capture.
+    /// host-synchronising calls on it (e.g. `dtoh`) fail.
     pub fn begin_capture(self: &Arc<Self>) -> Result<()> {
         let stream = self.stream();
-        self.arrivals()?;
         let mut slot = self.capture_slot();
         if slot.is_some() {
             return Err(Error::Cuda("begin_capture: a capture is already active on this device".into()));

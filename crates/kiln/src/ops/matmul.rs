@@ -9,17 +9,6 @@ use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
 use crate::{DType, Device, Tensor};
 
-/// [`Tensor::rms_norm_linear`]'s outputs.
-#[derive(Debug)]
-pub struct NormLinear {
-    /// The linear's output.
-    pub y: Tensor,
-    /// `rms_norm(self + delta) · norm_weight`, what the linear multiplied.
-    pub normed: Tensor,
-    /// `self + delta` (`self` without a delta): the residual stream after the add.
-    pub sum: Tensor,
-}
-
 impl Tensor {
     /// `torch.matmul`: 1-D operands are lifted to matrices and their dim dropped again, batch
     /// dims broadcast. A few rows against a transposed contiguous weight take the GEMV kernels.
@@ -158,18 +147,6 @@ impl Tensor {
     /// [`Tensor::linear_swiglu`]) once its callers checked devices, dtypes and shapes:
     /// `self` `[..., K]`, `weight` `[N, K]` → `[..., N]` (`[..., N / 2]` with pairs).
     fn cuda_gemv(&self, weight: &Tensor, bias: Option<&Tensor>, pairs: Pairs) -> Result<Tensor> {
-        Ok(self.cuda_gemv_norm(weight, bias, pairs, None)?.y)
-    }
-
-    /// [`Tensor::cuda_gemv`], with `norm` = (delta, norm weight, eps) normalising `self`
-    /// first in the kernel ([`Tensor::rms_norm_linear`]).
-    fn cuda_gemv_norm(
-        &self,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
-        pairs: Pairs,
-        norm: Option<(Option<&Tensor>, &Tensor, f64)>,
-    ) -> Result<NormLinear> {
         const OP: &str = "linear";
         let (xg, wg, bg) = (self.read(), weight.read(), bias.map(|b| b.read()));
         let bias = match (&bg, bias) {
@@ -177,110 +154,10 @@ impl Tensor {
             _ => None,
         };
         let (x, w) = (buf::<Cuda>(&xg, OP)?, buf::<Cuda>(&wg, OP)?);
-        let (dg, ng) = (norm.and_then(|n| n.0).map(|d| d.read()), norm.map(|n| n.1.read()));
-        let gemv_norm = match (norm, &ng) {
-            (Some((delta, nw, eps)), Some(ng)) => Some(crate::cuda::ops::gemv::Norm {
-                delta: match (&dg, delta) {
-                    (Some(g), Some(d)) => Some((buf::<Cuda>(g, OP)?, &d.layout)),
-                    _ => None,
-                },
-                weight: (buf::<Cuda>(ng, OP)?, &nw.layout),
-                eps,
-            }),
-            _ => None,
-        };
-        let out = crate::cuda::ops::gemv::linear(
-            x,
-            &self.layout,
-            w,
-            &weight.layout,
-            bias,
-            pairs,
-            gemv_norm.as_ref(),
-            self.dtype,
-        )?;
+        let y = crate::cuda::ops::gemv::linear(x, &self.layout, w, &weight.layout, bias, pairs, self.dtype)?;
         let mut shape = self.shape()[..self.rank() - 1].to_vec();
         shape.push(if pairs.0 { weight.shape()[0] / 2 } else { weight.shape()[0] });
-        let wrap = |b, shape: &[usize]| Tensor::from_storage(Cuda::wrap(b), shape, self.dtype, self.device);
-        Ok(NormLinear {
-            y: wrap(out.y, &shape),
-            normed: out.normed.map_or_else(|| self.clone(), |b| wrap(b, self.shape())),
-            sum: out.sum.map_or_else(|| self.clone(), |b| wrap(b, self.shape())),
-        })
-    }
-
-    /// A decoder's step from one block into the next linear, fused: `sum = self + delta`
-    /// (`self` without a delta), `normed = rms_norm(sum) · norm_weight` over the last dim
-    /// with `eps`, and `y = normed · weightᵀ (+ bias)` (with `swiglu`, SwiGLU of a gate_up weight
-    /// `[2·I, K]` as [`Tensor::linear_swiglu`] computes it). On CUDA, 1–8 rows whose norm
-    /// fits the GEMV's shared memory run as one launch that normalises in every block (and
-    /// stores `normed` and `sum` from one); elsewhere, or with `KILN_NORM_LINEAR=0`,
-    /// `add_rms_norm` (or `rms_norm`) then the linear. Both round as the composed ops do;
-    /// the fused norm's sum of squares adds in another order, so a normalised value can
-    /// differ from the composed one's by a rounding step.
-    pub fn rms_norm_linear(
-        &self,
-        delta: Option<&Tensor>,
-        norm_weight: &Tensor,
-        eps: f64,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
-        swiglu: bool,
-    ) -> Result<NormLinear> {
-        const OP: &str = "rms_norm_linear";
-        let k = self.shape().last().copied().unwrap_or(0);
-        if let Some(why) = self.norm_linear_declines(delta, norm_weight, weight, bias, swiglu)? {
-            let _ = Route::of(format_args!("{OP} {:?} {}", self.shape(), self.dtype), Some(why));
-            let (normed, sum) = match delta {
-                Some(d) => self.add_rms_norm(d, &[k], Some(norm_weight), Some(eps))?,
-                None => (self.rms_norm(&[k], Some(norm_weight), Some(eps))?, self.clone()),
-            };
-            let y = match (swiglu, bias) {
-                (true, None) => normed.linear_swiglu(weight)?,
-                (true, Some(_)) => return Err(Error::invalid(OP, "SwiGLU takes no bias")),
-                (false, _) => normed.linear(weight, bias)?,
-            };
-            return Ok(NormLinear { y, normed, sum });
-        }
-        self.cuda_gemv_norm(weight, bias, Pairs(swiglu), Some((delta, norm_weight, eps)))
-    }
-
-    /// Why [`Tensor::rms_norm_linear`] with these operands takes the composed path (`None`:
-    /// the fused kernel; the CPU always composes).
-    pub fn norm_linear_declines(
-        &self,
-        delta: Option<&Tensor>,
-        norm_weight: &Tensor,
-        weight: &Tensor,
-        bias: Option<&Tensor>,
-        swiglu: bool,
-    ) -> Result<Option<&'static str>> {
-        use crate::cuda::ops::gemv;
-        let k = self.shape().last().copied().unwrap_or(0);
-        let same = |t: &Tensor| t.device == self.device && t.dtype == self.dtype;
-        if !self.device.is_cuda() {
-            return Ok(Some("a CUDA kernel only"));
-        }
-        if !crate::settings::NORM_LINEAR.get()? {
-            return Ok(Some("KILN_NORM_LINEAR=0"));
-        }
-        if !same(weight) || !same(norm_weight) || delta.is_some_and(|d| !same(d) || d.shape() != self.shape()) {
-            return Ok(Some("operands of other devices, dtypes or shapes"));
-        }
-        if norm_weight.shape() != [k] || !norm_weight.layout.is_contiguous() || weight.rank() != 2 || weight.shape()[1] != k {
-            return Ok(Some("weights not [K] and [N, K]"));
-        }
-        let (n, rows) = (weight.shape()[0], self.numel().checked_div(k).unwrap_or(0));
-        if bias.is_some_and(|b| swiglu || !same(b) || b.shape() != [n]) {
-            return Ok(Some("a bias not [N] of the dtype, or with SwiGLU"));
-        }
-        if let Some(why) = gemv::declines(rows, n, k, &weight.layout, self.dtype) {
-            return Ok(Some(why));
-        }
-        if swiglu && !self.cuda_pairs_fit(weight) {
-            return Ok(Some("gate_up rows not SwiGLU pairs"));
-        }
-        Ok(gemv::norm_declines(rows, k, &self.layout, delta.map(|d| &d.layout), self.dtype))
+        Ok(Tensor::from_storage(Cuda::wrap(y), &shape, self.dtype, self.device))
     }
     /// `torch._grouped_mm(self, b, offs)` for a 2-D `self` `[M, K]` and `b` `[G, K, N]`
     /// (the mixture-of-experts case): rows `offs[g-1]..offs[g]` of `self` times `b[g]`,

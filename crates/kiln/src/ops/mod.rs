@@ -39,7 +39,6 @@ pub use gated_delta::GatedDelta;
 pub use index::Scatter;
 pub(crate) use index::{wrap_index, Gather};
 pub use interpolate::{InterpolateMode, Resize};
-pub use matmul::NormLinear;
 pub use loss::Reduction;
 pub use pad::PadMode;
 pub use rotary::{HeadNorm, KvSlots, RotaryStart};

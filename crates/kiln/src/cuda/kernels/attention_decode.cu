@@ -18,9 +18,8 @@
 //   the 4 lanes that hold a row), then O += P·V with P taken from S's registers as the A
 //   operand and V by ldmatrix.trans;
 // - the 4 warps' states merge in shared memory. One split writes the output; more write
-//   (max, sum) and unnormalised sums per row to scratch, and the last of a group's splits to
-//   finish (an arrival counter per group, CudaDevice::arrivals) weighs them all, so the op is
-//   one launch: a second kernel cost a graph node and its launch gap per layer.
+//   (max, sum) and unnormalised sums per row to scratch and attention_decode_merge (next
+//   on the stream) weighs the splits.
 // Causal (top-left, as PyTorch's is_causal): query i sees keys 0..=i. A row with no key
 // gives 0.
 
@@ -29,7 +28,7 @@
 #define AD_ROWS 16
 #define AD_KEYS 16
 #define AD_STAGES 2
-// Splits a group may have (the merge's weights live in shared memory).
+// Splits a group may have (the merge kernel's weights live in shared memory).
 #define AD_MAX_SPLITS 64
 // Key tiles a split takes at least (2 per warp, so its cp.async stages overlap).
 #define AD_MIN_TILES 8
@@ -94,12 +93,8 @@ template <int D> struct AdSmem {
 };
 
 template <typename T, int D>
-__device__ void ad_merge(const float* part, const float* ml, int group, int used, const AdGroup& x, T* ob,
-                         const AdArgs& a);
-
-template <typename T, int D>
 __device__ void attention_decode(const T* q, const T* k, const T* v, const int* len, T* out, float* part, float* ml,
-                                 unsigned* arrivals, AdArgs a) {
+                                 AdArgs a) {
     using S = AdSmem<D>;
     constexpr int P = S::PITCH, CH = D / 8, NT = D / 8;
     extern __shared__ __align__(16) unsigned char ad_smem[];
@@ -235,7 +230,6 @@ __device__ void attention_decode(const T* q, const T* k, const T* v, const int* 
 
     // The block's state: the output (one split) or this split's share for the merge.
     T* ob = ad_out<T, D>(out, x, a);
-    const bool alone = used == 1;
     for (int e = threadIdx.x; e < x.here * D; e += AD_THREADS) {
         const int r = e / D, d = e % D;
         float top = -kiln_inf();
@@ -248,7 +242,7 @@ __device__ void attention_decode(const T* q, const T* k, const T* v, const int* 
             num += om[(w * AD_ROWS + r) * D + d] * f;
             den += wl[w * AD_ROWS + r] * f;
         }
-        if (alone) {
+        if (a.splits == 1) {
             ob[(i64)r * D + d] = down<T>(den > 0.f ? num / den : 0.f);
         } else {
             const i64 at = (i64)blockIdx.x * AD_ROWS + r;
@@ -259,82 +253,73 @@ __device__ void attention_decode(const T* q, const T* k, const T* v, const int* 
             }
         }
     }
-    if (alone) return;
-    // The last split to arrive merges (the threadfence-reduction pattern): each block's
-    // shares are visible device-wide before it counts itself, and the last resets the count.
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const int group = blockIdx.x / a.splits;
-        last = atomicAdd(arrivals + group, 1u) == (unsigned)used - 1;
-        if (last) arrivals[group] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    ad_merge<T, D>(part, ml, blockIdx.x / a.splits, used, x, ob, a);
 }
 
-// Loads that skip L1 (ld.global.cg): the other splits' shares were written by other SMs, and
-// this SM's L1 may hold a line of the same scratch from an earlier launch.
-__device__ __forceinline__ float ad_ldcg(const float* p) {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
 struct __align__(16) AdF4 { float v[4]; };
-__device__ __forceinline__ AdF4 ad_ldcg4(const float* p) {
-    AdF4 r;
-    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(r.v[0]), "=f"(r.v[1]), "=f"(r.v[2]), "=f"(r.v[3]) : "l"(p));
-    return r;
-}
 
-// The used splits of a group → its output rows, in the group's last block: warp w weighs
-// the splits of rows w, w + 4, …, exp2(max − top) / Σ sum · exp2(max − top) (a split that
-// saw no key weighs 0); then each thread sums 4-float slices of a row over the splits.
+// The splits of a group → its output, a block per (group, row): warp 0 weighs the splits,
+// exp2(max − top) / Σ sum · exp2(max − top); then each thread sums a 4-float slice of the
+// row over every SL-th split (loads of many splits in flight), the SL partial slices meet
+// in shared memory. Only the used splits are read; those that saw no key weigh 0.
 template <typename T, int D>
-__device__ void ad_merge(const float* part, const float* ml, int group, int used, const AdGroup& x, T* ob,
-                         const AdArgs& a) {
-    constexpr int CH = D / 4;
-    __shared__ float wt[AD_ROWS][AD_MAX_SPLITS];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const i64 first = (i64)group * a.splits * AD_ROWS;  // (group, split 0, row 0)
-    for (int r = warp; r < x.here; r += AD_WARPS) {
+__device__ void attention_decode_merge(const float* part, const float* ml, const int* len, T* out, AdArgs a) {
+    constexpr int CH = D / 4, SL = AD_THREADS / CH;
+    __shared__ float wt[AD_MAX_SPLITS];
+    __shared__ AdF4 slice[SL][CH];
+    const i64 zero = kiln_wait_previous_kernel();
+    const int group = blockIdx.x / AD_ROWS, r = blockIdx.x % AD_ROWS;
+    const AdGroup x = ad_group(group, a);
+    if (r >= x.here) return;
+    const int used = ad_used_splits(ad_keys(len, zero, a), a);
+    const i64 first = (i64)group * a.splits * AD_ROWS + r;  // (group, split 0, row r)
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
         float top = -kiln_inf();
-        for (int s = lane; s < used; s += 32) top = fmaxf(top, ad_ldcg(ml + 2 * (first + s * AD_ROWS + r)));
+        for (int s = lane; s < used; s += 32) top = fmaxf(top, ml[2 * (first + s * AD_ROWS)]);
         top = warp_max(top);
         float den = 0.f;
         for (int s = lane; s < used; s += 32) {
-            const i64 at = first + s * AD_ROWS + r;
-            den += ad_ldcg(ml + 2 * at + 1) * ad_weight(ad_ldcg(ml + 2 * at), top);
+            const i64 at = first + s * AD_ROWS;
+            den += ml[2 * at + 1] * ad_weight(ml[2 * at], top);
         }
         den = warp_sum(den);
         const float inv = den > 0.f ? 1.f / den : 0.f;
-        for (int s = lane; s < used; s += 32) wt[r][s] = ad_weight(ad_ldcg(ml + 2 * (first + s * AD_ROWS + r)), top) * inv;
+        for (int s = lane; s < used; s += 32) wt[s] = ad_weight(ml[2 * (first + s * AD_ROWS)], top) * inv;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < x.here * CH; e += AD_THREADS) {
-        const int r = e / CH, c = e % CH;
+    const int c = threadIdx.x % CH, sl = threadIdx.x / CH;
+    if (sl < SL) {
         AdF4 acc = {{0.f, 0.f, 0.f, 0.f}};
 #pragma unroll 4
-        for (int s = 0; s < used; ++s) {
-            const float w = wt[r][s];
-            const AdF4 p = ad_ldcg4(part + (first + s * AD_ROWS + r) * D + 4 * c);
+        for (int s = sl; s < used; s += SL) {
+            const float w = wt[s];
+            if (w == 0.f) continue;
+            const AdF4 p = ((const AdF4*)(part + (first + (i64)s * AD_ROWS) * D))[c];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) acc.v[i] += p.v[i] * w;
+            for (int e = 0; e < 4; ++e) acc.v[e] += p.v[e] * w;
         }
+        slice[sl][c] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < CH) {
+        AdF4 sum = slice[0][c];
+        for (int j = 1; j < SL; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ob[(i64)r * D + 4 * c + i] = down<T>(acc.v[i]);
+            for (int e = 0; e < 4; ++e) sum.v[e] += slice[j][c].v[e];
+        T* o = ad_out<T, D>(out, x, a) + (i64)r * D + 4 * c;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = down<T>(sum.v[e]);
     }
 }
 
 #define KILN_AD(S, T, D)                                                                                        \
     extern "C" __global__ void __launch_bounds__(AD_THREADS) attention_decode_##S##_d##D(                       \
-        const T* q, const T* k, const T* v, const int* len, T* out, float* part, float* ml, unsigned* arrivals,   \
-        AdArgs a) {                                                                                             \
-        attention_decode<T, D>(q, k, v, len, out, part, ml, arrivals, a);                                      \
+        const T* q, const T* k, const T* v, const int* len, T* out, float* part, float* ml, AdArgs a) {         \
+        attention_decode<T, D>(q, k, v, len, out, part, ml, a);                                                 \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(AD_THREADS) attention_decode_merge_##S##_d##D(                 \
+        const float* part, const float* ml, const int* len, T* out, AdArgs a) {                                 \
+        attention_decode_merge<T, D>(part, ml, len, out, a);                                                    \
     }
 #define KILN_AD_DIMS(S, T) KILN_AD(S, T, 64) KILN_AD(S, T, 80) KILN_AD(S, T, 96) KILN_AD(S, T, 128) KILN_AD(S, T, 256)
 KILN_AD_DIMS(bf16, kbf) KILN_AD_DIMS(f16, kh)

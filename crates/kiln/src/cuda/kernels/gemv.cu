@@ -25,13 +25,6 @@
 // The 32 lanes of a warp read consecutive VB-byte pieces of a row (coalesced) and the G
 // warps of a group interleave over K. Weight loads bypass L1 (each byte is read once) and
 // ask L2 for 256-byte fetches; x loads go through L1, where every warp of the SM finds them.
-//
-// NORM (`GemvNorm`, plain and pairs kernels): x is first the residual stream and its
-// delta, as a decoder holds them between two layers: every block computes
-// rms_norm(x + delta) · w into shared memory (the arithmetic of norm.cu's rms_norm, each
-// value rounded as a separate add and norm round it) and multiplies that; block 0 also
-// stores the sum and the normalised rows. The norm is a few KB from L2 per block, and the
-// launch it saves cost a decode step more (a graph node and its gap, per norm).
 
 #define GEMV_MAX_WARPS 16
 
@@ -42,21 +35,20 @@ template <int VB> struct Raw { unsigned int w[VB >= 4 ? VB / 4 : 1]; };
     template <int VB> __device__ __forceinline__ Raw<VB> NAME(const char* p) {                     \
         Raw<VB> r;                                                                                 \
         if constexpr (VB == 16) {                                                                  \
-            asm("ld" Q ".v4.u32 {%0, %1, %2, %3}, [%4];"                                           \
+            asm("ld.global.nc" Q ".v4.u32 {%0, %1, %2, %3}, [%4];"                                 \
                 : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3]) : "l"(p));                \
         } else if constexpr (VB == 8) {                                                            \
-            asm("ld" Q ".v2.u32 {%0, %1}, [%2];" : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p));           \
+            asm("ld.global.nc" Q ".v2.u32 {%0, %1}, [%2];" : "=r"(r.w[0]), "=r"(r.w[1]) : "l"(p)); \
         } else if constexpr (VB == 4) {                                                            \
-            asm("ld" Q ".u32 %0, [%1];" : "=r"(r.w[0]) : "l"(p));                                  \
+            asm("ld.global.nc" Q ".u32 %0, [%1];" : "=r"(r.w[0]) : "l"(p));                        \
         } else {                                                                                   \
             unsigned short h;                                                                      \
-            asm("ld" Q ".u16 %0, [%1];" : "=h"(h) : "l"(p));                                       \
+            asm("ld.global.nc" Q ".u16 %0, [%1];" : "=h"(h) : "l"(p));                             \
             r.w[0] = h;                                                                            \
         }                                                                                          \
         return r;                                                                                  \
     }
-KILN_GEMV_LOAD(ld_weight, ".global.nc.L1::no_allocate.L2::256B")
-// Generic addressing: x is global memory, or the shared-memory rows of a NORM prologue.
+KILN_GEMV_LOAD(ld_weight, ".L1::no_allocate.L2::256B")
 KILN_GEMV_LOAD(ld_x, "")
 
 // Element e of a load as float (16-bit types: two per 32-bit word, low half first), and
@@ -192,61 +184,12 @@ __device__ __forceinline__ void store_rows(float (&acc)[R][MM], float (*part)[R 
     }
 }
 
-// A NORM prologue's operands (`w` null: none): the delta rows (null: none; ds apart), the
-// norm weight [K], epsilon, and where block 0 stores x + delta (null: not wanted) and the
-// normalised rows, each [M, K] contiguous. cuda/ops/gemv.rs mirrors the struct.
-template <typename T> struct GemvNorm {
-    const T* delta;
-    i64 ds;
-    const T* w;
-    T* sum;
-    T* normed;
-    double eps;
-};
-
-// rms_norm(x + delta) · w of the M rows of x into the block's dynamic shared memory (M·K
-// values of T), as norm.cu's rms_norm computes and rounds them; block 0 also stores them.
-template <typename T>
-__device__ __forceinline__ const T* norm_rows(const T* x, i64 xs, const GemvNorm<T>& nm, int M, int K) {
-    typedef typename Acc<T>::type A;
-    extern __shared__ __align__(16) unsigned char gemv_xs[];
-    T* rows = (T*)gemv_xs;
-    const bool store = blockIdx.x == 0 && blockIdx.y == 0;
-    for (int m = 0; m < M; ++m) {
-        T* row = rows + (i64)m * K;
-        A ss = 0;
-        for (int k = threadIdx.x; k < K; k += blockDim.x) {
-            A v = up<A>(x[m * xs + k]);
-            if (nm.delta) v = up<A>(down<T>(v + up<A>(nm.delta[m * nm.ds + k])));
-            row[k] = down<T>(v);
-            ss += v * v;
-        }
-        ss = block_sum(ss);
-        const A inv = (A)1 / sqrt(ss / (A)K + (A)nm.eps);
-        for (int k = threadIdx.x; k < K; k += blockDim.x) {
-            const T n = down<T>(up<A>(row[k]) * inv * up<A>(nm.w[k]));
-            if (store) {
-                if (nm.sum) nm.sum[(i64)m * K + k] = row[k];
-                nm.normed[(i64)m * K + k] = n;
-            }
-            row[k] = n;
-        }
-    }
-    __syncthreads();
-    return rows;
-}
-
 // The G warps of a row group interleave over K (split-K). PAIRS: w is [2·N, K] (gate
-// rows, then up rows) and out[m, n] = silu(x·gate_n) · (x·up_n) (store_rows). With a norm
-// (nm.w set) x is first normalised (norm_rows).
+// rows, then up rows) and out[m, n] = silu(x·gate_n) · (x·up_n) (store_rows).
 template <typename T, int VB, int R, int U, int MM, bool PAIRS = false>
 __device__ __forceinline__ void gemv(const T* x, i64 xs, const T* w, const T* bias, i64 bs, T* out,
-                                     int M, int N, int K, int G, const GemvNorm<T>& nm = GemvNorm<T>{}) {
+                                     int M, int N, int K, int G) {
     __shared__ float part[GEMV_MAX_WARPS][R * MM];
-    if (nm.w) {
-        x = norm_rows<T>(x, xs, nm, M, K);
-        xs = K;
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % G;
     const int groups = (int)(blockDim.x >> 5) / G;
     const i64 n0 = ((i64)blockIdx.x * groups + warp / G) * (PAIRS ? R / 2 : R);
@@ -321,10 +264,9 @@ __device__ __forceinline__ void gemv_experts_sum(const T* x, i64 xs, const T* w,
 #define KILN_GEMV(S, T, VB, R, U, MM, PAIRS, NAME)                                                 \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \
         NAME##_##S##_b##VB##_r##R##_u##U##_m##MM(const T* x, i64 xs, const T* w, const T* bias,    \
-                                                 i64 bs, T* out, int M, int N, int K, int G,        \
-                                                 GemvNorm<T> nm) {                                  \
+                                                 i64 bs, T* out, int M, int N, int K, int G) {      \
         kiln_after_previous_kernel();                                                              \
-        gemv<T, VB, R, U, MM, PAIRS>(x, xs, w, bias, bs, out, M, N, K, G, nm);                     \
+        gemv<T, VB, R, U, MM, PAIRS>(x, xs, w, bias, bs, out, M, N, K, G);                         \
     }
 #define KILN_GEMV_EXPERTS(S, T, VB, R, U, PAIRS, NAME)                                             \
     extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)                              \

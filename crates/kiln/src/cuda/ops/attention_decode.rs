@@ -1,7 +1,7 @@
 //! Decode attention (`kernels/attention_decode.cu`): `scaled_dot_product_attention` for 1–8
 //! queries per head over keys and values read where they lie in a KV cache, on tensor
-//! cores (mma.sync), split over the keys (flash-decoding), the splits of one group merged
-//! through a scratch buffer by the last of them to finish (one launch). [`declines`] is the one place that
+//! cores (mma.sync), split over the keys (flash-decoding) with the splits of one group
+//! merged by a second kernel through a scratch buffer. [`declines`] is the one place that
 //! says which shapes it takes; `ops/attention.rs` sends those here and the rest to the
 //! composed path.
 //!
@@ -10,7 +10,6 @@
 //! capturable: the composed path's key mask is made on the host.
 
 use super::{dev_of, suffix, ATTENTION_DECODE};
-use crate::cuda::device::ARRIVALS;
 use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::Result;
 use crate::layout::Layout;
@@ -103,9 +102,6 @@ pub fn declines(q: &Layout, k: &Layout, v: &Layout, dt: DType) -> std::result::R
     }
     if !HEAD_DIMS.contains(&sh.e) {
         return Err("head dim other than 64, 80, 96, 128, 256");
-    }
-    if plan(&sh, 1).1 > ARRIVALS {
-        return Err("more (batch, KV head, row tile) groups than arrival counters");
     }
     Ok(sh)
 }
@@ -203,17 +199,16 @@ pub fn sdpa(
         splits: splits as i32,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
     };
-    // Each split's (max, sum) and unnormalised sums per row, for the merge, and the
-    // counters its last split is found by.
+    // Each split's (max, sum) and unnormalised sums per row, for the merge.
     let scratch = if splits > 1 {
         let slots = groups * splits * ROWS;
-        Some((dev.alloc(slots * sh.e * 4)?, dev.alloc(slots * 2 * 4)?, dev.arrivals()?))
+        Some((dev.alloc(slots * sh.e * 4)?, dev.alloc(slots * 2 * 4)?))
     } else {
         None
     };
     let at = |b: &DeviceBuffer, l: &Layout| b.ptr() + (l.offset * size) as u64;
     let (qp, kp, vp, lp, op) = (at(q, ql), at(k, kl), at(v, vl), len.unwrap_or(0), out.ptr());
-    let (pp, mp, ap) = scratch.as_ref().map_or((0, 0, 0), |(p, m, a)| (p.ptr(), m.ptr(), *a));
+    let (pp, mp) = scratch.as_ref().map_or((0, 0), |(p, m)| (p.ptr(), m.ptr()));
     let cfg = LaunchConfig {
         grid_dim: ((groups * splits) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -222,10 +217,19 @@ pub fn sdpa(
     // SAFETY: q, k and v hold the `sh` views at their layouts' offsets and strides (rows of
     // E contiguous elements; k and v 16-byte aligned, as `declines` checked); `lp` is 0 or
     // the address of one i32 on this device; `out` holds B·Hq·L·E elements; with splits,
-    // `pp` and `mp` hold groups·splits·16 rows of E and of 2 floats (16-byte aligned rows:
-    // E a multiple of 4) and `ap` this stream's zeroed arrival counters, at least `groups`
-    // (declines). The kernel waits for the previous kernel before its first global access.
-    unsafe { launch_after!(dev, f, cfg; qp, kp, vp, lp, op, pp, mp, ap, args)? };
+    // `pp` and `mp` hold groups·splits·16 rows of E and of 2 floats. The kernel waits for
+    // the previous kernel before its first global access.
+    unsafe { launch_after!(dev, f, cfg; qp, kp, vp, lp, op, pp, mp, args)? };
+    if splits > 1 {
+        let f = dev.function(&ATTENTION_DECODE, &format!("attention_decode_merge_{ty}_d{}", sh.e))?;
+        // A block per (group, row); rows past a group's exit.
+        let blocks = (groups * ROWS) as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: as above; the merge reads the scratch the first kernel wrote (it waits
+        // for it) and `lp` as the first kernel does, and writes `out`; the scratch rows are
+        // 16-byte aligned (E a multiple of 4).
+        unsafe { launch_after!(dev, f, cfg; pp, mp, lp, op, args)? };
+    }
     Ok(out)
 }
 
@@ -276,13 +280,10 @@ mod tests {
         assert_eq!(plan(&sh(2, 2, 1, 1), 132), (1, 2, 1));
     }
 
-    /// Static shared memory of the kernel: the merge's weights (`wt`) and its `last` flag.
-    const STATIC_SMEM: usize = ROWS * MAX_SPLITS * 4 + 4;
-
     #[test]
     fn shared_memory_fits_a_block() {
         // 227 KB of shared memory per block on sm_90, 163 KB on sm_80.
-        assert!(HEAD_DIMS.iter().all(|&d| smem_bytes(d) + STATIC_SMEM <= 163 * 1024));
+        assert!(crate::cuda::ops::attention_decode::HEAD_DIMS.iter().all(|&d| smem_bytes(d) <= 163 * 1024));
         assert_eq!(smem_bytes(128), 16 * 136 * 2 + 4 * 2 * 2 * 16 * 136 * 2);
     }
 }

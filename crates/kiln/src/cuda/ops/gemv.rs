@@ -14,7 +14,6 @@ use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::Result;
 use crate::layout::Layout;
 use crate::{settings, DType};
-use cudarc::driver::DeviceRepr;
 
 /// The most x rows (after flattening leading dims) a GEMV kernel serves; more go to cuBLAS.
 pub const MAX_ROWS: usize = 8;
@@ -265,68 +264,9 @@ fn x_rows(
     })
 }
 
-/// An RMS norm in front of a GEMV ([`linear`] with `norm`): x is normalised as
-/// `rms_norm(x + delta) · weight` inside the kernel.
-pub struct Norm<'a> {
-    /// Rows added to x first (its layout, rows of K contiguous like x's), as a decoder's
-    /// residual add before the norm.
-    pub delta: Option<(&'a DeviceBuffer, &'a Layout)>,
-    /// The norm weight `[K]`, contiguous.
-    pub weight: (&'a DeviceBuffer, &'a Layout),
-    /// Epsilon under the square root.
-    pub eps: f64,
-}
-
-/// Mirrors `struct GemvNorm` of gemv.cu (passed by value; all zero: no norm).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct GemvNorm {
-    delta: u64,
-    ds: i64,
-    w: u64,
-    sum: u64,
-    normed: u64,
-    eps: f64,
-}
-
-// SAFETY: `#[repr(C)]` plain-old-data: four pointers, an i64 and an f64 (48 bytes, align 8),
-// as `struct GemvNorm` of gemv.cu lays them out under the CUDA ABI.
-unsafe impl DeviceRepr for GemvNorm {}
-const _: () = assert!(std::mem::size_of::<GemvNorm>() == 48);
-
-/// The most shared memory a norm's rows may take (rows · K elements): the default
-/// per-block limit, so no launch needs the opt-in attribute.
-pub const NORM_SMEM: usize = 48 * 1024;
-
-/// Why `rows` × K of x (and its delta) at layouts `xl` / `dl` cannot be normalised inside
-/// the GEMV ([`Norm`]); `None`: they can.
-pub fn norm_declines(rows: usize, k: usize, xl: &Layout, dl: Option<&Layout>, dt: DType) -> Option<&'static str> {
-    if rows * k * dt.size() > NORM_SMEM {
-        Some("rows · K past the 48 KB of shared memory")
-    } else if rows_of(xl, k).is_none() || dl.is_some_and(|l| rows_of(l, k).is_none()) {
-        Some("x or its delta not rows of K contiguous elements")
-    } else {
-        None
-    }
-}
-
-/// [`linear`]'s outputs: y, and with a [`Norm`] the normalised rows and x + delta (`None`
-/// without a delta: x itself is the sum).
-pub struct LinearOut {
-    /// `[rows, N]` (`[rows, N / 2]` with pairs).
-    pub y: DeviceBuffer,
-    /// `[rows, K]`: rms_norm(x + delta) · weight, as the GEMV multiplied it.
-    pub normed: Option<DeviceBuffer>,
-    /// `[rows, K]`: x + delta, rounded to the dtype.
-    pub sum: Option<DeviceBuffer>,
-}
-
 /// `x` `[..., K]` (any layout) · `w` `[N, K]`ᵀ (+ `bias` `[N]`, any stride) → `[rows, N]`, where
 /// [`declines`] said yes; with `pairs` (and [`pairs_decline`] saying yes, no bias) SwiGLU
-/// of the gate_up weight `[N, K]` → `[rows, N / 2]`. With `norm` (and [`norm_declines`]
-/// saying yes) x is first `rms_norm(x + delta) · weight`, computed in the kernel, which also
-/// stores the normalised rows and the sum.
-#[allow(clippy::too_many_arguments)]
+/// of the gate_up weight `[N, K]` → `[rows, N / 2]`.
 pub fn linear(
     x: &DeviceBuffer,
     xl: &Layout,
@@ -334,9 +274,8 @@ pub fn linear(
     wl: &Layout,
     bias: Option<(&DeviceBuffer, &Layout)>,
     pairs: Pairs,
-    norm: Option<&Norm>,
     dt: DType,
-) -> Result<LinearOut> {
+) -> Result<DeviceBuffer> {
     let dev = dev_of(w)?;
     let (n, k, size) = (wl.shape[0], wl.shape[1], dt.size());
     let n_out = if pairs.0 { n / 2 } else { n };
@@ -344,25 +283,7 @@ pub fn linear(
     let out = dev.alloc(rows * n_out * size)?;
     let wp = w.ptr() + (wl.offset * size) as u64;
     let v = pair_tile(fit(choose(rows, n, k)?, wp, k, size), pairs);
-    let at = |b: &DeviceBuffer, l: &Layout| b.ptr() + (l.offset * size) as u64;
-    let (mut normed, mut sum, mut nm, mut smem) = (None, None, GemvNorm::default(), 0);
-    let (x_copy, xp, xs) = match norm {
-        Some(nrm) => {
-            // The kernel reads x and delta element by element into shared memory.
-            let row_stride = |l: &Layout| rows_of(l, k).map(|(_, s)| s as i64).unwrap_or(k as i64);
-            let nb = dev.alloc(rows * k * size)?;
-            if let Some((d, dl)) = nrm.delta {
-                let sb = dev.alloc(rows * k * size)?;
-                (nm.delta, nm.ds, nm.sum) = (at(d, dl), row_stride(dl), sb.ptr());
-                sum = Some(sb);
-            }
-            (nm.w, nm.normed, nm.eps) = (at(nrm.weight.0, nrm.weight.1), nb.ptr(), nrm.eps);
-            normed = Some(nb);
-            smem = (rows * k * size) as u32;
-            (None, at(x, xl), row_stride(xl))
-        }
-        None => x_rows(x, xl, k, rows, v, dt)?,
-    };
+    let (x_copy, xp, xs) = x_rows(x, xl, k, rows, v, dt)?;
     let kind = if pairs.0 { "gemv_pairs" } else { "gemv" };
     let name = format!(
         "{kind}_{}_b{}_r{}_u{}_m{}",
@@ -379,7 +300,7 @@ pub fn linear(
     let cfg = LaunchConfig {
         grid_dim: (n_out.div_ceil(v.rows_per_block(pairs)) as u32, 1, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
-        shared_mem_bytes: smem,
+        shared_mem_bytes: 0,
     };
     // SAFETY: x holds `rows` rows of K elements `xs` apart from `xp` (the view's storage or
     // its contiguous copy, alive until the launch is enqueued and stream-ordered before the
@@ -387,13 +308,10 @@ pub fn linear(
     // N is N / 2 and it reads gate row n and up row N / 2 + n); bias, when `bp` != 0, holds
     // N elements `bs` apart; `out` holds rows·n_out. `vec` divides the byte addresses of
     // every row start and K·size, pair tiles have an even row count, and `warps` is a
-    // multiple of `split` at most GEMV_MAX_WARPS. With a norm: its delta holds `rows` rows
-    // of K `ds` apart, its weight K elements, `normed` (and `sum`, with a delta) rows·K, and
-    // the block's `smem` bytes of shared memory (within the 48 KB default: norm_declines)
-    // hold the normalised rows, whose starts every `vec` divides.
-    unsafe { launch_after!(dev, f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g, nm)? };
+    // multiple of `split` at most GEMV_MAX_WARPS.
+    unsafe { launch_after!(dev, f, cfg; xp, xs, wp, bp, bs, op, m, n32, k32, g)? };
     drop(x_copy);
-    Ok(LinearOut { y: out, normed, sum })
+    Ok(out)
 }
 
 /// The gate_up experts' variant (`kiln bench --suite experts` with `KILN_GEMV_SWEEP=1`, H100,
@@ -489,10 +407,11 @@ pub fn experts_sum_declines(tokens: usize, k: usize, wl: &Layout, dt: DType) -> 
 /// stacked `w` [E, N, I], `experts` [T, k] (any integer dtype and layout) and `weights`
 /// (T·k contiguous f32 from element `w_off` of `weights`) → [T, N], where
 /// [`experts_sum_declines`] said yes: MoE decode's down projection and weighted sum in one
-/// launch. The G warps of a row group split the k slots (at most 4 warps per group, 8 warps
-/// per block), two rows per warp, unless [`settings::GEMV_VARIANT`] forces a variant. (The
-/// experts suite's sweep, H100, 2026-12-07: 4 warps a group beat one warp per slot on all
-/// three MoE shapes — Qwen3-30B-A3B 11.3 → 10.0 µs, Qwen3.6-35B-A3B 8.7 → 7.5.)
+/// launch. The G warps of a row group split the k slots (at most 4 warps per group; as many
+/// groups as fit in 8 warps a block), two rows per warp, unless [`settings::GEMV_VARIANT`]
+/// forces a variant. (The experts suite's sweep, H100, 2026-12-07: 4 warps a group beat one
+/// warp per slot on all three MoE shapes — Qwen3-30B-A3B 11.3 → 10.0 µs, Qwen3.6-35B-A3B
+/// 8.7 → 7.5.)
 #[allow(clippy::too_many_arguments)]
 pub fn expert_linear_sum(
     x: &DeviceBuffer,
@@ -512,7 +431,7 @@ pub fn expert_linear_sum(
     let out = dev.alloc(t * n * size)?;
     let wp = w.ptr() + (wl.offset * size) as u64;
     let split = k.clamp(1, 4) as u8;
-    let v = settings::GEMV_VARIANT.get()?.unwrap_or(Variant::new(16, 2, 4, split, 8));
+    let v = settings::GEMV_VARIANT.get()?.unwrap_or(Variant::new(16, 2, 4, split, 8 / split * split));
     let v = fit(v, wp, i, size);
     let (x_copy, xp, xs) = x_rows(x, xl, i, t * k, v, dt)?;
     let (idx_copy, ip) = super::index::i64_indices(experts, el, edt)?;
