@@ -144,7 +144,14 @@ pub fn run() -> Result<Value> {
 }
 
 /// Every candidate GEMV variant on one kernel: all timings, the best, and the default's.
-fn sweep_variants(op: &Operands, m: &Moe, which: &str, bytes: usize, default_us: f64, copy: f64) -> Result<Value> {
+fn sweep_variants(
+    op: &Operands,
+    m: &Moe,
+    which: &str,
+    bytes: usize,
+    default_us: f64,
+    copy: f64,
+) -> Result<Value> {
     let mut timed = Vec::new();
     for v in gemv::candidates() {
         let _forced = settings::GEMV_VARIANT.scoped(Some(v));
