@@ -5,7 +5,7 @@
 //! % of the copy bandwidth measured in the same run.
 //!
 //! Method: bf16 weights stacked `[E, N, K]` as the models hold them; `SETS` routings of
-//! `top_k` distinct experts each ([`crate::grouped::draw_experts`]) on the device; one CUDA
+//! `top_k` distinct experts each (drawn as the grouped suite draws them) on the device; one CUDA
 //! graph captures one call per routing (so consecutive calls read other experts and the
 //! chosen weights come from DRAM, as in a step), the figure is the median over 20 replays of
 //! replay time / calls. `KILN_GEMV_SWEEP=1` also times every GEMV variant
