@@ -87,6 +87,12 @@ impl Fp8Weight {
         &self.scale
     }
 
+    /// The scale as one f32 per output row, `[N, 1]` (a per-tensor scale repeated).
+    pub fn row_scale(&self) -> Result<Tensor> {
+        let n = self.out_features();
+        self.scale.reshape(&[self.scale.numel(), 1])?.broadcast_to(&[n, 1])?.contiguous()
+    }
+
     /// Whether the scale is per tensor or per row.
     pub fn granularity(&self) -> Granularity {
         self.granularity

@@ -100,8 +100,7 @@ impl LinearWeight {
                 LinearWeight::Fp8(w) => w,
                 LinearWeight::Dense(t) => Fp8Weight::quantize(&t, Granularity::Row)?,
             };
-            let n = w.out_features();
-            scales.push(w.scale().reshape(&[w.scale().numel(), 1])?.broadcast_to(&[n, 1])?.contiguous()?);
+            scales.push(w.row_scale()?);
             values.push(w.weight().clone());
         }
         let w = Fp8Weight::from_parts(Tensor::cat(&values, 0)?, Tensor::cat(&scales, 0)?)?;

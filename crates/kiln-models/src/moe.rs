@@ -20,12 +20,13 @@
 //!   weights per token would copy `tokens · top_k` expert matrices here, far more than
 //!   the layer holds.
 //!
-//! FP8 experts (an FP8 checkpoint, or `Quantize::Fp8`) are kept per expert instead, one
-//! [`LinearWeight`] each for gate_up and down, and always run grouped, the experts by a
-//! host loop (the FP8 GEMM takes one weight, so there is no batched gather or grouped FP8
-//! product): the group ends are read back (one host sync per MoE layer per step, also when
-//! decoding) and each expert with tokens runs one linear pair over its contiguous group.
-//! The router stays dense.
+//! FP8 experts (an FP8 checkpoint, or `Quantize::Fp8`) are stacked the same way as
+//! float8_e4m3fn values with one f32 scale per row. Decode runs them gathered too
+//! ([`Tensor::expert_swiglu_fp8`], [`Tensor::expert_linear_sum_fp8`]: two launches, no host
+//! sync, so the step stays one CUDA graph). Prompts run them grouped by a host loop (the
+//! FP8 GEMM takes one weight, so there is no grouped FP8 product): the group ends are read
+//! back (one host sync per MoE layer) and each expert with tokens runs `linear_fp8` on its
+//! view of the stack over its contiguous group. The router stays dense.
 //!
 //! Split over ranks (`crate::parallel`), every rank routes all tokens itself with the whole
 //! router and holds its share of the shared expert's intermediate columns, and of the
@@ -34,9 +35,11 @@
 //! weight zero here). Either way its output is a partial sum that the decoder all-reduces.
 
 use crate::config::{Config, RouterConfig};
+use crate::fp8_weight::Fp8Weight;
 use crate::layers::{load_gate_up_down, swiglu, LinearWeight, Mlp, WeightBytes};
 use crate::loader::WeightSource;
 use crate::parallel::ExpertSplit;
+use kiln::fp8::Granularity;
 use kiln::{DType, Error, Result, Router, Tensor};
 
 /// The experts' weights.
@@ -48,13 +51,33 @@ pub enum Experts {
         /// Down projections, `[E, H, I]`.
         down: Tensor,
     },
-    /// One weight per expert (used when any is FP8): `gate_up[e]` `[2·I, H]`, `down[e]` `[H, I]`.
-    PerExpert {
-        /// Each expert's gate then up projection rows, `[2·I, H]`.
-        gate_up: Vec<LinearWeight>,
-        /// Each expert's down projection, `[H, I]`.
-        down: Vec<LinearWeight>,
+    /// FP8, stacked (when any expert is FP8; a dense one is quantised per row, as
+    /// `LinearWeight::cat_rows` does): float8_e4m3fn values and f32 scales per row.
+    Fp8 {
+        /// Gate then up projection rows of every expert, `[E, 2·I, H]`.
+        gate_up: Tensor,
+        /// Their scales, `[E, 2·I]`.
+        gate_up_scale: Tensor,
+        /// Down projections, `[E, H, I]`.
+        down: Tensor,
+        /// Their scales, `[E, H]`.
+        down_scale: Tensor,
     },
+}
+
+/// Each expert's weight as FP8 (a dense one quantised per row), stacked: values `[E, N, K]`
+/// and row scales `[E, N]`.
+fn stack_fp8(ws: Vec<LinearWeight>) -> Result<(Tensor, Tensor)> {
+    let (mut values, mut scales) = (Vec::with_capacity(ws.len()), Vec::with_capacity(ws.len()));
+    for w in ws {
+        let w = match w {
+            LinearWeight::Fp8(w) => w,
+            LinearWeight::Dense(t) => Fp8Weight::quantize(&t, Granularity::Row)?,
+        };
+        scales.push(w.row_scale()?.reshape(&[w.out_features()])?);
+        values.push(w.weight().clone());
+    }
+    Ok((Tensor::stack(&values, 0)?, Tensor::stack(&scales, 0)?))
 }
 
 /// A sparse mixture-of-experts feed-forward block: router, routed experts and, for
@@ -101,7 +124,9 @@ impl MoeBlock {
             down.push(dn);
         }
         let experts = if gate_up.iter().chain(&down).any(LinearWeight::is_fp8) {
-            Experts::PerExpert { gate_up, down }
+            let (gate_up, gate_up_scale) = stack_fp8(gate_up)?;
+            let (down, down_scale) = stack_fp8(down)?;
+            Experts::Fp8 { gate_up, gate_up_scale, down, down_scale }
         } else {
             let dense = |ws: Vec<LinearWeight>| -> Result<Tensor> {
                 let ts: Option<Vec<Tensor>> = ws.into_iter().map(LinearWeight::into_dense).collect();
@@ -173,9 +198,9 @@ impl MoeBlock {
                     acc.add_linear_bytes(t.nbytes(), false);
                 }
             }
-            Experts::PerExpert { gate_up, down } => {
-                for w in gate_up.iter().chain(down) {
-                    acc.add_linear(w);
+            Experts::Fp8 { gate_up, gate_up_scale, down, down_scale } => {
+                for (v, s) in [(gate_up, gate_up_scale), (down, down_scale)] {
+                    acc.add_linear_bytes(v.nbytes() + s.nbytes(), true);
                 }
             }
         }
@@ -188,11 +213,10 @@ impl MoeBlock {
         let n = x2.shape()[0];
         let (weights, experts) = self.route(&x2)?;
         let (weights, experts) = self.to_held(weights, experts)?;
-        let gathered =
-            if n * self.top_k <= self.num_experts() { self.gathered(&x2, &experts, &weights)? } else { None };
-        let routed = match gathered {
-            Some(y) => y,
-            None => self.grouped(&x2, &experts, &weights)?,
+        let routed = if n * self.top_k <= self.num_experts() {
+            self.gathered(&x2, &experts, &weights)?
+        } else {
+            self.grouped(&x2, &experts, &weights)?
         };
         let out = match &self.shared {
             Some((mlp, gate)) => routed.add(&mlp.forward(&x2)?.mul(&x2.linear(gate, None)?.sigmoid()?)?)?,
@@ -219,11 +243,16 @@ impl MoeBlock {
 
     /// The routed output `[n, H]` with each slot against its own expert's weights — decode,
     /// two launches: gate_up and SwiGLU by [`Tensor::expert_swiglu`], then down and the
-    /// weighted sum by [`Tensor::expert_linear_sum`]. `None` for per-expert (FP8) experts,
-    /// which run grouped.
-    pub fn gathered(&self, x: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Option<Tensor>> {
-        let Experts::Stacked { gate_up, down } = &self.experts else { return Ok(None) };
-        Ok(Some(x.expert_swiglu(gate_up, experts)?.expert_linear_sum(down, experts, weights)?))
+    /// weighted sum by [`Tensor::expert_linear_sum`] (their `_fp8` forms for FP8 experts).
+    pub fn gathered(&self, x: &Tensor, experts: &Tensor, weights: &Tensor) -> Result<Tensor> {
+        match &self.experts {
+            Experts::Stacked { gate_up, down } => {
+                x.expert_swiglu(gate_up, experts)?.expert_linear_sum(down, experts, weights)
+            }
+            Experts::Fp8 { gate_up, gate_up_scale, down, down_scale } => x
+                .expert_swiglu_fp8(gate_up, gate_up_scale, experts)?
+                .expert_linear_sum_fp8(down, down_scale, experts, weights),
+        }
     }
 
     /// The routed output `[n, H]` by running each expert once over its tokens: the pairs
@@ -242,17 +271,21 @@ impl MoeBlock {
                     .grouped_mm(&down.transpose(1, 2)?, &g.ends)?
             }
             // The FP8 GEMM takes one weight: the group ends are read back (the one host sync
-            // of this path) and each expert with tokens runs one linear pair over its rows.
-            // Rows past the last end (none, with valid indices) stay zero.
-            Experts::PerExpert { gate_up, down } => {
+            // of this path) and each expert with tokens runs one linear pair over its rows,
+            // on its views of the stacks. Rows past the last end (none, with valid indices)
+            // stay zero.
+            Experts::Fp8 { gate_up, gate_up_scale, down, down_scale } => {
+                let linear = |x: &Tensor, (v, s): (&Tensor, &Tensor), e: usize| {
+                    x.linear_fp8(&v.narrow(0, e, 1)?.squeeze(0)?, &s.narrow(0, e, 1)?.squeeze(0)?, None)
+                };
+                let (gu, dn) = ((gate_up, gate_up_scale), (down, down_scale));
                 let ys = Tensor::zeros(&[xs.shape()[0], h], x.dtype(), x.device())?;
                 let mut start = 0;
                 for (e, &end) in g.ends.to_vec::<i32>()?.iter().enumerate() {
                     let len = end as usize - start;
                     if len > 0 {
                         let xe = xs.narrow(0, start, len)?;
-                        ys.narrow(0, start, len)?
-                            .copy_(&down[e].forward(&swiglu(&gate_up[e].forward(&xe, None)?)?, None)?)?;
+                        ys.narrow(0, start, len)?.copy_(&linear(&swiglu(&linear(&xe, gu, e)?)?, dn, e)?)?;
                     }
                     start = end as usize;
                 }
@@ -288,8 +321,7 @@ mod tests {
         let (cfg, block) = fixture_block(Quantize::None);
         let x = Tensor::randn(&[5, cfg.hidden_size], 9, DType::F32, Device::Cpu).unwrap();
         let (weights, experts) = block.route(&x).unwrap();
-        let gathered =
-            |e: &Tensor| block.gathered(&x, e, &weights).unwrap().unwrap().to_vec::<f32>().unwrap();
+        let gathered = |e: &Tensor| block.gathered(&x, e, &weights).unwrap().to_vec::<f32>().unwrap();
         let a = gathered(&experts);
         let b = block.grouped(&x, &experts, &weights).unwrap().to_vec::<f32>().unwrap();
         let worst = a.iter().zip(&b).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
@@ -299,29 +331,22 @@ mod tests {
         assert!(a.iter().zip(&c).any(|(p, q)| (p - q).abs() > 1e-3));
     }
 
-    /// FP8 experts (per expert, grouped) compute what dense experts holding the same
-    /// dequantised weights compute, up to the activations' per-row e4m3 rounding; a
-    /// swapped expert would be off by the size of the outputs.
+    /// FP8 experts compute what dense experts holding the same dequantised weights
+    /// compute: grouped (a prompt) up to the activations' per-row e4m3 rounding, gathered
+    /// (decode: activations kept in their dtype) up to summation order; a swapped expert
+    /// would be off by the size of the outputs.
     #[test]
     fn fp8_experts_match_their_dequantised_weights() {
         let (cfg, block) = fixture_block(Quantize::Fp8);
-        let Experts::PerExpert { gate_up, down } = &block.experts else {
-            panic!("fp8 experts are per expert")
+        let Experts::Fp8 { gate_up, gate_up_scale, down, down_scale } = &block.experts else {
+            panic!("fp8 experts are stacked as fp8")
         };
-        let deq = |ws: &[LinearWeight]| {
-            let ts: Vec<Tensor> = ws
-                .iter()
-                .map(|w| match w {
-                    LinearWeight::Fp8(f) => f.dequantize(DType::F32).unwrap(),
-                    LinearWeight::Dense(_) => panic!("dense expert"),
-                })
-                .collect();
-            Tensor::stack(&ts, 0).unwrap()
-        };
+        let deq =
+            |v: &Tensor, s: &Tensor| v.to_dtype(DType::F32).unwrap().mul(&s.unsqueeze(2).unwrap()).unwrap();
         let dense = MoeBlock {
             router: block.router.clone(),
             expert_bias: None,
-            experts: Experts::Stacked { gate_up: deq(gate_up), down: deq(down) },
+            experts: Experts::Stacked { gate_up: deq(gate_up, gate_up_scale), down: deq(down, down_scale) },
             top_k: block.top_k,
             norm_topk_prob: block.norm_topk_prob,
             routing: RouterConfig::SOFTMAX,
@@ -336,9 +361,11 @@ mod tests {
         println!("fp8 experts vs dequantised dense: max |Δ| {worst:.4} of max |y| {scale:.3}");
         // Two e4m3 activation roundings (2^-4 relative each, at most) per expert.
         assert!(worst <= 0.125 * scale, "max |Δ| {worst} vs max |y| {scale}");
-        // Decoding (one token) also runs grouped and agrees.
+        // Decoding (one token) runs gathered, on the activations as they are.
         let one = x.narrow(0, 0, 1).unwrap();
         let a1 = block.forward(&one).unwrap().to_vec::<f32>().unwrap();
-        assert_eq!(a1, a[..cfg.hidden_size].to_vec());
+        let b1 = dense.forward(&one).unwrap().to_vec::<f32>().unwrap();
+        let worst = a1.iter().zip(&b1).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-5 * scale, "decode: max |Δ| {worst} vs max |y| {scale}");
     }
 }

@@ -3,8 +3,9 @@
 //! every output dtype, bias, odd M and N, unaligned views, K = 0, empty), and
 //! the decode kernel on frozen weights (dependent launch, chained layers, in a CUDA graph),
 //! `linear_fp8`: on its FP8 path against the CPU's, and at decode (≤ 16 bf16 / f16 rows, the
-//! w8a16 kernel) against `x.linear(w.dequantize())` in f32. See `common/mod.rs` for the
-//! harness.
+//! w8a16 kernel) against `x.linear(w.dequantize())` in f32, and the FP8 MoE decode kernels
+//! (`expert_swiglu_fp8`, `expert_linear_sum_fp8`) against the CPU's composed path. See
+//! `common/mod.rs` for the harness.
 
 use kiln::cuda::ops::W8A16_MAX_M;
 use kiln::fp8::{column_scale, quantize, Granularity};
@@ -383,6 +384,97 @@ fn w8a16_views(cx: &mut Ctx) -> R {
     }
 }
 
+/// Stacked FP8 experts `[ne, n, k]` quantised per row on the CPU (values, `[ne, n]` scales),
+/// bit-identical on both devices: (GPU values, GPU scales, CPU values, CPU scales).
+fn fp8_experts(cx: &mut Ctx, ne: usize, n: usize, k: usize) -> std::result::Result<[Tensor; 4], String> {
+    let (_, wc) = cx.pair(&[ne * n, k], DType::F32, 0.05).map_err(e)?;
+    let (q, s) = quantize(&wc, Granularity::Row).map_err(e)?;
+    let (q, s) = (q.reshape(&[ne, n, k]).map_err(e)?, s.reshape(&[ne, n]).map_err(e)?);
+    Ok([q.to_device(cx.dev).map_err(e)?, s.to_device(cx.dev).map_err(e)?, q, s])
+}
+
+/// `[t, k]` int64 expert indices on both devices.
+fn ids(cx: &Ctx, v: Vec<i64>, t: usize, k: usize) -> std::result::Result<(Tensor, Tensor), String> {
+    let c = Tensor::from_vec(v, &[t, k], CPU).map_err(e)?;
+    Ok((c.to_device(cx.dev).map_err(e)?, c))
+}
+
+/// The FP8 MoE decode kernels (`expert_swiglu_fp8`, `expert_linear_sum_fp8`) against the
+/// CPU's composed path on the same quantised experts: bf16 and f16, odd N, K with and
+/// without a partial last step (and one not a multiple of 16, which the GPU composes too),
+/// 1–3 tokens, k from 1 to 10 (more slots than a row group's warps), x per token or per
+/// slot, negative indices, every variant forced, and an index out of range (zero SwiGLU
+/// row, nothing added to the sum).
+fn experts(cx: &mut Ctx) -> R {
+    for (ne, h, i) in [(5, 48, 37), (4, 208, 80), (16, 2048, 768), (3, 1040, 32), (7, 33, 64)] {
+        let [gu, gus, guc, gusc] = fp8_experts(cx, ne, 2 * i, h)?;
+        let [dn, dns, dnc, dnsc] = fp8_experts(cx, ne, h, i)?;
+        for dt in [DType::BF16, DType::F16] {
+            for (t, k) in [(1, 1), (1, 8), (3, 3), (2, 10)] {
+                let name = format!("{dt} {t}x{k} of {ne} experts, H {h}, I {i}");
+                let v = (0..t * k).map(|j| ((j * 7 + t) % (2 * ne)) as i64 - ne as i64).collect();
+                let (id, idc) = ids(cx, v, t, k)?;
+                let (x, xc) = cx.pair(&[t, h], dt, 1.0).map_err(e)?;
+                let g = x.expert_swiglu_fp8(&gu, &gus, &id).map_err(|er| format!("{name}: {er}"))?;
+                let c = xc.expert_swiglu_fp8(&guc, &gusc, &idc).map_err(e)?;
+                same(&format!("swiglu {name}"), &g, &c, tol_of(dt))?;
+                let (xs, xsc) = cx.pair(&[t, k, h], dt, 1.0).map_err(e)?;
+                let g = xs.expert_swiglu_fp8(&gu, &gus, &id).map_err(e)?;
+                same(
+                    &format!("swiglu per slot {name}"),
+                    &g,
+                    &xsc.expert_swiglu_fp8(&guc, &gusc, &idc).map_err(e)?,
+                    tol_of(dt),
+                )?;
+                let (a, ac) = cx.pair(&[t, k, i], dt, 1.0).map_err(e)?;
+                let (r, rc) = cx.pair(&[t, k], DType::F32, 1.0).map_err(e)?;
+                let g = a.expert_linear_sum_fp8(&dn, &dns, &id, &r).map_err(|er| format!("{name}: {er}"))?;
+                let c = ac.expert_linear_sum_fp8(&dnc, &dnsc, &idc, &rc).map_err(e)?;
+                same(&format!("sum {name}"), &g, &c, tol_of(dt))?;
+            }
+        }
+    }
+    // Every variant the override can force, on one Qwen-like shape.
+    let (ne, h, i, t, k) = (6, 256, 96, 2, 5);
+    let [gu, gus, guc, gusc] = fp8_experts(cx, ne, 2 * i, h)?;
+    let [dn, dns, dnc, dnsc] = fp8_experts(cx, ne, h, i)?;
+    let (id, idc) = ids(cx, vec![0, 5, 2, 2, 1, 3, 4, 0, 1, 5], t, k)?;
+    let (x, xc) = cx.pair(&[t, h], DType::BF16, 1.0).map_err(e)?;
+    let (a, ac) = cx.pair(&[t, k, i], DType::BF16, 1.0).map_err(e)?;
+    let (r, rc) = cx.pair(&[t, k], DType::F32, 1.0).map_err(e)?;
+    let want_act = xc.expert_swiglu_fp8(&guc, &gusc, &idc).map_err(e)?;
+    let want_sum = ac.expert_linear_sum_fp8(&dnc, &dnsc, &idc, &rc).map_err(e)?;
+    for rt in [1, 2] {
+        for kw in [1, 2, 4, 8] {
+            for warps in [kw, 8] {
+                let v = kiln::cuda::ops::Fp8LinearVariant { rt, kw, warps };
+                let _forced = kiln::settings::FP8_LINEAR_VARIANT.scoped(Some(v));
+                let g = x.expert_swiglu_fp8(&gu, &gus, &id).map_err(|er| format!("swiglu {v}: {er}"))?;
+                same(&format!("swiglu {v}"), &g, &want_act, tol_of(DType::BF16))?;
+                let g = a.expert_linear_sum_fp8(&dn, &dns, &id, &r).map_err(|er| format!("sum {v}: {er}"))?;
+                same(&format!("sum {v}"), &g, &want_sum, tol_of(DType::BF16))?;
+            }
+        }
+    }
+    // Slot 1 names expert `ne`: the GPU gives it a zero SwiGLU row and adds nothing for it
+    // (the CPU refuses it), so the sum is that of slots 0 and 2 alone.
+    let (bad, _) = ids(cx, vec![1, ne as i64, 0], 1, 3)?;
+    let (_, goodc) = ids(cx, vec![1, 0], 1, 2)?;
+    let act = x.narrow(0, 0, 1).and_then(|x| x.expert_swiglu_fp8(&gu, &gus, &bad)).map_err(e)?;
+    let row =
+        act.narrow(1, 1, 1).and_then(|a| a.abs()?.max(&[], false)?.to_dtype(DType::F64)?.to_vec::<f64>());
+    if row.map_err(e)? != [0.0] {
+        return Err("swiglu: a slot out of range must give a zero row".into());
+    }
+    let (a3, a3c) = cx.pair(&[1, 3, i], DType::BF16, 1.0).map_err(e)?;
+    let (r3, r3c) = cx.pair(&[1, 3], DType::F32, 1.0).map_err(e)?;
+    let pick =
+        |t: &Tensor| Tensor::from_vec(vec![0i64, 2], &[2], CPU).and_then(|idx| t.index_select(1, &idx));
+    let g = a3.expert_linear_sum_fp8(&dn, &dns, &bad, &r3).map_err(e)?;
+    let c = pick(&a3c).and_then(|a| a.expert_linear_sum_fp8(&dnc, &dnsc, &goodc, &pick(&r3c)?)).map_err(e)?;
+    same("sum beside a bad slot", &g, &c, tol_of(DType::BF16))
+}
+
 fn main() -> ExitCode {
     let cases: &[Case] = &[
         ("quantizers", quantizers),
@@ -394,6 +486,7 @@ fn main() -> ExitCode {
         ("linear", linear),
         ("w8a16", w8a16),
         ("w8a16_views", w8a16_views),
+        ("experts", experts),
     ];
     kiln::testing::run("gpu_fp8", cases)
 }

@@ -10,6 +10,7 @@ mod conv;
 mod create;
 mod elementwise;
 mod experts;
+mod experts_fp8;
 mod gated_delta;
 mod histogram;
 mod index;

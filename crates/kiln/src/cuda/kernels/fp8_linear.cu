@@ -158,36 +158,31 @@ __device__ __forceinline__ void fp8_linear_step(int kb, int t, int K, const unsi
         }
 }
 
-// RT: 16-row weight tiles per warp; MT: 8-row x tiles (1 for M <= 8, 2 for M <= 16).
-// Dynamic shared memory: warps · RT·MT·4 · 32 floats when KW > 1.
-template <typename T, int RT, int MT>
-__device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw, const float* scale, int rowwise,
-                           const T* bias, i64 ldb, T* out, int M, int N, int K, int KW) {
-#ifdef KILN_HAS_FP8
-    constexpr int U = 4 / RT;            // 64-byte chunks per step: 2·RT·U = 8 weight loads
-    constexpr int NACC = RT * MT * 4;    // accumulators per lane
-    extern __shared__ float part[];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int q = warp % KW;                   // this warp's K slice within its row group
-    int groups = (blockDim.x >> 5) / KW; // row groups per block
-    i64 n0 = ((i64)blockIdx.x * groups + warp / KW) * 16 * RT;
-
-    // Rows past N / M read row N - 1 / M - 1 (their results are dropped).
-    const unsigned char* wrow[RT][2];
+// Weight rows of a warp's RT 16-row tiles from output row n0: lane g streams rows g and
+// g + 8 of each tile. PAIRS (RT = 2, a [2·N, K] gate_up weight): tile 0 holds gate rows
+// n0 + {g, g + 8} and tile 1 the matching up rows N + n0 + {g, g + 8}. Rows past N read
+// row N - 1 (valid memory; their results are not stored).
+template <int RT, bool PAIRS>
+__device__ __forceinline__ void fp8_rows(const unsigned char* (&wrow)[RT][2], const unsigned char* w, i64 ldw, i64 n0,
+                                         int N, int g) {
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            i64 n = n0 + r * 16 + h * 8 + g;
-            wrow[r][h] = w + (n < N ? n : N - 1) * ldw;
+            i64 n = n0 + (PAIRS ? 0 : r * 16) + h * 8 + g;
+            n = n < N ? n : N - 1;
+            wrow[r][h] = w + (PAIRS ? n + r * (i64)N : n) * ldw;
         }
-    const unsigned char* xrow[MT];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        int m = mt * 8 + g;
-        xrow[mt] = (const unsigned char*)(x + (m < M ? m : M - 1) * ldx);
-    }
-    float acc[RT][MT][4];
+}
+
+// acc = this warp's f32 dot products of its weight rows with its x rows over the 64·U-byte
+// steps kb0, kb0 + stride, ... of K. A row whose bytes held an e4m3 NaN gives NaN outputs
+// (the bf16 widening alone reads it as ±480). Lanes t of one g read different k of the same
+// rows; accumulators 0, 1 are row g, 2, 3 row g + 8.
+template <typename T, int RT, int MT>
+__device__ __forceinline__ void fp8_dot(const unsigned char* const (&wrow)[RT][2], const unsigned char* const (&xrow)[MT],
+                                        int kb0, int stride, int K, int t, float (&acc)[RT][MT][4]) {
+    constexpr int U = 4 / RT;  // 64-byte chunks per step: 2·RT·U = 8 weight loads
     unsigned nan[RT][2];
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
@@ -195,13 +190,9 @@ __device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw,
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) acc[r][mt][0] = acc[r][mt][1] = acc[r][mt][2] = acc[r][mt][3] = 0.f;
     }
-
-    int kb = q * 64 * U;
-    for (; kb + 64 * U <= K; kb += KW * 64 * U) fp8_linear_step<T, RT, MT, U, false>(kb, t, K, wrow, xrow, acc, nan);
+    int kb = kb0;
+    for (; kb + 64 * U <= K; kb += stride) fp8_linear_step<T, RT, MT, U, false>(kb, t, K, wrow, xrow, acc, nan);
     if (kb < K) fp8_linear_step<T, RT, MT, U, true>(kb, t, K, wrow, xrow, acc, nan);
-
-    // A row whose bytes held an e4m3 NaN (bf16 path) gives NaN outputs. Lanes t of one g
-    // read different k of the same rows; accumulators 0, 1 are row g, 2, 3 row g + 8.
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -213,7 +204,14 @@ __device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw,
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) acc[r][mt][2 * h] = acc[r][mt][2 * h + 1] = kiln_nan();
         }
+}
 
+// Adds the accumulators of the KW warps of each row group (in shared memory, in a fixed
+// order: deterministic) into the group's first warp, which gets true; the others false.
+// part: dynamic shared memory of warps · RT·MT·4 · 32 floats when KW > 1.
+template <int RT, int MT> __device__ __forceinline__ bool fp8_group_sum(float (&acc)[RT][MT][4], float* part, int KW) {
+    constexpr int NACC = RT * MT * 4;  // accumulators per lane
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (KW > 1) {
         float* mine = part + (i64)warp * NACC * 32;
 #pragma unroll
@@ -224,7 +222,39 @@ __device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw,
                 for (int i = 0; i < 4; ++i) mine[((r * MT + mt) * 4 + i) * 32 + lane] = acc[r][mt][i];
         __syncthreads();
     }
-    if (q != 0) return;
+    if (warp % KW != 0) return false;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                for (int p = 1; p < KW; ++p) acc[r][mt][i] += part[((i64)(warp + p) * NACC + (r * MT + mt) * 4 + i) * 32 + lane];
+    return true;
+}
+
+// RT: 16-row weight tiles per warp; MT: 8-row x tiles (1 for M <= 8, 2 for M <= 16). The KW
+// warps of a row group split K in interleaved steps.
+template <typename T, int RT, int MT>
+__device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw, const float* scale, int rowwise,
+                           const T* bias, i64 ldb, T* out, int M, int N, int K, int KW) {
+#ifdef KILN_HAS_FP8
+    constexpr int U = 4 / RT;
+    extern __shared__ float part[];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int groups = (blockDim.x >> 5) / KW; // row groups per block
+    i64 n0 = ((i64)blockIdx.x * groups + warp / KW) * 16 * RT;
+    const unsigned char* wrow[RT][2];
+    fp8_rows<RT, false>(wrow, w, ldw, n0, N, g);
+    const unsigned char* xrow[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        int m = mt * 8 + g;
+        xrow[mt] = (const unsigned char*)(x + (m < M ? m : M - 1) * ldx);
+    }
+    float acc[RT][MT][4];
+    fp8_dot<T, RT, MT>(wrow, xrow, warp % KW * 64 * U, KW * 64 * U, K, t, acc);
+    if (!fp8_group_sum<RT, MT>(acc, part, KW)) return;
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -234,13 +264,99 @@ __device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw,
                 // D[row][col] of lane (g, t): row g (+8 for i >= 2) = weight row, col 2t + (i & 1) = x row.
                 i64 n = n0 + r * 16 + g + (i >= 2 ? 8 : 0);
                 int m = mt * 8 + 2 * t + (i & 1);
-                float v = acc[r][mt][i];
-                for (int p = 1; p < KW; ++p) v += part[((i64)(warp + p) * NACC + (r * MT + mt) * 4 + i) * 32 + lane];
                 if (m >= M || n >= N) continue;
-                v *= rowwise ? scale[n] : scale[0];
+                float v = acc[r][mt][i] * (rowwise ? scale[n] : scale[0]);
                 if (bias) v += up<float>(bias[n * ldb]);
                 out[(i64)m * N + n] = down<T>(v);
             }
+#else
+    __trap();
+#endif
+}
+
+// Mixture-of-experts decode, gate_up experts (fp8_linear's layout with M = 1 and RT = 2 as
+// gate / up tiles): slot s = blockIdx.y multiplies x row s / per_row by expert
+// e = experts[s] of the stacked [E, 2·N, K] weight with f32 row scales [E, 2·N], and stores
+// out[s, n] = silu(gate_n) · up_n, each rounded to T first (as linear_fp8, then silu_mul,
+// store them). The expert is read on the device: no host sync, only the chosen experts'
+// weights are streamed. An index outside [-E, E) after one wrap gives a zero row.
+template <typename T>
+__device__ void fp8_experts_swiglu(const T* x, i64 ldx, int per_row, const unsigned char* w, const float* scale,
+                                   const i64* experts, int E, T* out, int N, int K, int KW) {
+#ifdef KILN_HAS_FP8
+    extern __shared__ float part[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3, s = blockIdx.y;
+    const i64 n0 = ((i64)blockIdx.x * ((blockDim.x >> 5) / KW) + warp / KW) * 16;
+    T* o = out + (i64)s * N;
+    i64 e = experts[s];
+    if (e < 0) e += E;
+    if (e < 0 || e >= E) {  // the whole block has this slot: no warp is left at a barrier
+        if (warp % KW == 0 && lane < 16 && n0 + lane < N) o[n0 + lane] = down<T>(0.f);
+        return;
+    }
+    const unsigned char* wrow[2][2];
+    fp8_rows<2, true>(wrow, w + e * 2 * (i64)N * K, K, n0, N, g);
+    const unsigned char* xrow[1] = {(const unsigned char*)(x + (i64)(s / per_row) * ldx)};
+    float acc[2][1][4];
+    fp8_dot<T, 2, 1>(wrow, xrow, warp % KW * 128, KW * 128, K, t, acc);
+    // Every D column holds x row 0 (the M - 1 clamp): lanes t = 0 store rows g and g + 8.
+    if (!fp8_group_sum<2, 1>(acc, part, KW) || t != 0) return;
+    const float* sc = scale + e * 2 * (i64)N;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const i64 n = n0 + g + 8 * h;
+        if (n >= N) continue;
+        const float gate = up<float>(down<T>(acc[0][0][2 * h] * sc[n]));
+        const float upv = up<float>(down<T>(acc[1][0][2 * h] * sc[N + n]));
+        o[n] = down<T>(silu_mul(gate, upv));
+    }
+#else
+    __trap();
+#endif
+}
+
+// The down projection of a MoE decode step and the routed sum in one: for token
+// tok = blockIdx.y, out[tok, n] = Σ_j weights[tok, j] · scale[e_j, n] · (w[e_j] · x[tok, j])_n
+// with e_j = experts[tok, j], w stacked [E, N, K] with f32 row scales [E, N] and x [T, k, K]
+// (rows ldx apart). The KW warps of a row group take slots j = q, q + KW, ... (each over the
+// whole K) and meet in shared memory in a fixed order; the f32 sum is rounded once. An index
+// outside [-E, E) after one wrap adds nothing.
+template <typename T, int RT>
+__device__ void fp8_experts_sum(const T* x, i64 ldx, const unsigned char* w, const float* scale, const i64* experts,
+                                const float* weights, int k, int E, T* out, int N, int K, int KW) {
+#ifdef KILN_HAS_FP8
+    constexpr int U = 4 / RT;
+    extern __shared__ float part[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const i64 n0 = ((i64)blockIdx.x * ((blockDim.x >> 5) / KW) + warp / KW) * 16 * RT, tok = blockIdx.y;
+    float tot[RT][1][4] = {};
+    for (int j = warp % KW; j < k; j += KW) {
+        i64 e = experts[tok * k + j];
+        if (e < 0) e += E;
+        if (e < 0 || e >= E) continue;
+        const unsigned char* wrow[RT][2];
+        fp8_rows<RT, false>(wrow, w + e * N * (i64)K, K, n0, N, g);
+        const unsigned char* xrow[1] = {(const unsigned char*)(x + (tok * k + j) * ldx)};
+        float acc[RT][1][4];
+        fp8_dot<T, RT, 1>(wrow, xrow, 0, 64 * U, K, t, acc);
+        const float wj = weights[tok * k + j];
+        const float* sc = scale + e * N;
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const i64 n = n0 + r * 16 + g + (i >= 2 ? 8 : 0);
+                tot[r][0][i] = fmaf(wj * sc[n < N ? n : N - 1], acc[r][0][i], tot[r][0][i]);
+            }
+    }
+    if (!fp8_group_sum<RT, 1>(tot, part, KW) || t != 0) return;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 n = n0 + r * 16 + g + 8 * h;
+            if (n < N) out[tok * N + n] = down<T>(tot[r][0][2 * h]);
+        }
 #else
     __trap();
 #endif
@@ -253,8 +369,26 @@ __device__ void fp8_linear(const T* x, i64 ldx, const unsigned char* w, i64 ldw,
     extern "C" __global__ void __launch_bounds__(32 * FP8L_MAX_WARPS, 1) fp8_linear_##S##_r##RT##_m##MT(            \
         const T* x, i64 ldx, const unsigned char* w, i64 ldw, const float* scale, int rowwise, const T* bias,    \
         i64 ldb, T* out, int M, int N, int K, int KW) {                                                         \
+        kiln_after_previous_kernel();                                                                          \
         fp8_linear<T, RT, MT>(x, ldx, w, ldw, scale, rowwise, bias, ldb, out, M, N, K, KW);                    \
     }
+// fp8_experts_swiglu_<dtype> and fp8_experts_sum_<dtype>_r<RT>: the MoE decode kernels.
+#define KILN_FP8_EXPERTS(S, T)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * FP8L_MAX_WARPS, 1) fp8_experts_swiglu_##S(                  \
+        const T* x, i64 ldx, int per_row, const unsigned char* w, const float* scale, const i64* experts, int E,   \
+        T* out, int N, int K, int KW) {                                                                         \
+        kiln_after_previous_kernel();                                                                          \
+        fp8_experts_swiglu<T>(x, ldx, per_row, w, scale, experts, E, out, N, K, KW);                            \
+    }                                                                                                           \
+    KILN_FP8_EXPERTS_SUM(S, T, 1) KILN_FP8_EXPERTS_SUM(S, T, 2)
+#define KILN_FP8_EXPERTS_SUM(S, T, RT)                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * FP8L_MAX_WARPS, 1) fp8_experts_sum_##S##_r##RT(             \
+        const T* x, i64 ldx, const unsigned char* w, const float* scale, const i64* experts, const float* weights, \
+        int k, int E, T* out, int N, int K, int KW) {                                                           \
+        kiln_after_previous_kernel();                                                                          \
+        fp8_experts_sum<T, RT>(x, ldx, w, scale, experts, weights, k, E, out, N, K, KW);                       \
+    }
 #define KILN_FP8_LINEAR_T(S, T) \
-    KILN_FP8_LINEAR(S, T, 1, 1) KILN_FP8_LINEAR(S, T, 1, 2) KILN_FP8_LINEAR(S, T, 2, 1) KILN_FP8_LINEAR(S, T, 2, 2)
+    KILN_FP8_LINEAR(S, T, 1, 1) KILN_FP8_LINEAR(S, T, 1, 2) KILN_FP8_LINEAR(S, T, 2, 1) KILN_FP8_LINEAR(S, T, 2, 2) \
+    KILN_FP8_EXPERTS(S, T)
 KILN_FP8_LINEAR_T(bf16, kbf) KILN_FP8_LINEAR_T(f16, kh)

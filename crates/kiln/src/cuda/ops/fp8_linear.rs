@@ -9,7 +9,7 @@
 //! `KILN_FP8_LINEAR_VARIANT=r1_g8_w8` forces one on every call (read once per process).
 
 use super::{copy, dev_of, FP8_LINEAR};
-use crate::cuda::{CudaDevice, DeviceBuffer, LaunchConfig, PushKernelArg};
+use crate::cuda::{CudaDevice, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::{settings, DType};
@@ -18,11 +18,11 @@ use crate::{settings, DType};
 pub const W8A16_MAX_M: usize = 16;
 
 /// `FP8L_MAX_WARPS` of fp8_linear.cu (its `__launch_bounds__`).
-const MAX_WARPS: u8 = 8;
+pub(super) const MAX_WARPS: u8 = 8;
 
 /// Warps a launch aims for: about 16 per SM of an H200 (132 SMs), each keeping eight
 /// 16-byte weight loads in flight, i.e. ~64 KB in flight per SM.
-const TARGET_WARPS: usize = 2048;
+pub(super) const TARGET_WARPS: usize = 2048;
 
 /// One w8a16 call as `linear_fp8` validated it: `x` `[M, K]` of `dt` (bf16 or f16), `w`
 /// `[N, K]` float8_e4m3fn, `scale` dense f32 (one element, or N when `rowwise`), `bias` `[N]`
@@ -54,7 +54,7 @@ impl Variant {
     }
 
     /// Output features one block computes.
-    fn rows_per_block(self) -> usize {
+    pub(super) fn rows_per_block(self) -> usize {
         (self.warps / self.kw) as usize * 16 * self.rt as usize
     }
 }
@@ -125,7 +125,7 @@ pub fn declines(m: usize, n: usize, k: usize, dt: DType) -> Option<&'static str>
     }
 }
 
-fn need_fp8(dev: &CudaDevice) -> Result<()> {
+pub(super) fn need_fp8(dev: &CudaDevice) -> Result<()> {
     let p = dev.props();
     if (p.cc_major, p.cc_minor) < (8, 9) {
         return Err(Error::invalid(
@@ -182,7 +182,7 @@ pub(crate) fn fp8_linear(p: Fp8Linear<'_>) -> Result<Option<DeviceBuffer>> {
     // from `bp` when non-zero, and writes the M·N elements of `out`. Block size is a
     // multiple of 32 up to FP8L_MAX_WARPS warps (`Variant` checks), `kw` divides the block's
     // warps, and `smem` holds the partial sums of every warp when `kw` > 1.
-    unsafe { launch!(dev.stream(), f, cfg; xp, ldx, wp, ldw, sp, rowwise, bp, ldb, op, m32, n32, k32, kw)? };
+    unsafe { launch_after!(dev, f, cfg; xp, ldx, wp, ldw, sp, rowwise, bp, ldb, op, m32, n32, k32, kw)? };
     drop(x_copy);
     Ok(Some(out))
 }

@@ -41,6 +41,7 @@ mod causal_conv;
 mod copy;
 mod elementwise;
 mod expert_groups;
+mod fp8_experts;
 mod fp8_gemm;
 mod fp8_linear;
 mod gated_delta;
@@ -62,6 +63,10 @@ pub(crate) use causal_conv::causal_conv;
 pub use copy::{arange, cast, copy_into, fill, rand};
 pub(crate) use elementwise::{binary, frexp, unary, where_};
 pub use expert_groups::{expert_groups, EXPERT_GROUPS_MAX};
+pub use fp8_experts::experts_declines as fp8_experts_declines;
+pub(crate) use fp8_experts::{
+    expert_linear_sum as fp8_expert_linear_sum, expert_swiglu as fp8_expert_swiglu, Fp8Experts,
+};
 pub use fp8_gemm::{fp8_gemm_choice, own_fp8_gemm_launches, Fp8Gemm};
 pub use fp8_linear::{
     choose as fp8_linear_choose, declines as fp8_linear_declines, Variant as Fp8LinearVariant, W8A16_MAX_M,

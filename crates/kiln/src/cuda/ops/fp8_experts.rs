@@ -1,0 +1,207 @@
+//! FP8 mixture-of-experts decode (`kernels/fp8_linear.cu`: `fp8_experts_swiglu`,
+//! `fp8_experts_sum`): the w8a16 kernel's warp layout with the expert of each slot read on
+//! the device, so a decode step's FP8 experts need no host sync and stream only the chosen
+//! experts' weights. Stacked values `[E, N, K]` float8_e4m3fn with f32 row scales `[E, N]`.
+//! `Tensor::expert_swiglu_fp8` / `expert_linear_sum_fp8` route here.
+
+use super::fp8_linear::{need_fp8, Variant, MAX_WARPS, TARGET_WARPS};
+use super::{copy, dev_of, FP8_LINEAR};
+use crate::cuda::{DeviceBuffer, LaunchConfig};
+use crate::error::Result;
+use crate::layout::Layout;
+use crate::{settings, DType};
+
+/// The device memory a launch reads: x `[rows, K]` (any layout; copied when its rows are not
+/// 16-byte aligned), stacked values `[E, N, K]` and scales `[E, N]` (both contiguous), and
+/// int64 expert indices (contiguous).
+pub(crate) struct Fp8Experts<'a> {
+    pub x: (&'a DeviceBuffer, &'a Layout),
+    pub w: (&'a DeviceBuffer, &'a Layout),
+    pub scale: (&'a DeviceBuffer, &'a Layout),
+    pub experts: (&'a DeviceBuffer, &'a Layout),
+    pub dt: DType,
+}
+
+/// Why the FP8 experts kernels decline `slots` slots against stacked `[E, N, K]` values in
+/// activations of `dt` (`None`: they take it).
+pub fn experts_declines(slots: usize, wl: &Layout, dt: DType) -> Option<&'static str> {
+    if !matches!(dt, DType::BF16 | DType::F16) {
+        Some("activations other than bf16 / f16")
+    } else if slots == 0 || slots > 65535 {
+        Some("slots outside 1..=65535")
+    } else if wl.rank() != 3 || !wl.is_contiguous() || !wl.offset.is_multiple_of(16) {
+        Some("values are not a contiguous, 16-byte aligned [E, N, K]")
+    } else if wl.shape.iter().any(|&d| d == 0 || d > i32::MAX as usize) || !wl.shape[2].is_multiple_of(16) {
+        Some("an empty weight, K not a multiple of 16, or E, N or K past i32")
+    } else {
+        None
+    }
+}
+
+impl Fp8Experts<'_> {
+    /// (E, N, K) of the values.
+    fn dims(&self) -> (usize, usize, usize) {
+        let s = &self.w.1.shape;
+        (s[0], s[1], s[2])
+    }
+
+    /// x's first row and row stride, as 16-byte aligned rows of K (a contiguous copy when
+    /// the view is not; kept alive by the caller until the launch is enqueued).
+    fn x_rows(&self, rows: usize, k: usize) -> Result<(Option<DeviceBuffer>, u64, i64)> {
+        let (x, xl) = self.x;
+        let size = self.dt.size();
+        let p = x.ptr() + (xl.offset * size) as u64;
+        let ld = if rows > 1 { xl.strides[xl.rank() - 2] } else { k };
+        let rows_ok = xl.is_contiguous() || (xl.rank() == 2 && xl.strides[1] == 1);
+        if rows_ok && p.is_multiple_of(16) && (ld * size).is_multiple_of(16) {
+            return Ok((None, p, ld as i64));
+        }
+        let c = copy::cast(x, xl, self.dt, self.dt)?;
+        let p = c.ptr();
+        Ok((Some(c), p, k as i64))
+    }
+
+    fn pointers(&self) -> (u64, u64, u64) {
+        let (w, wl) = self.w;
+        let (s, sl) = self.scale;
+        let (e, el) = self.experts;
+        (w.ptr() + wl.offset as u64, s.ptr() + (sl.offset * 4) as u64, e.ptr() + (el.offset * 8) as u64)
+    }
+
+    fn suffix(&self) -> &'static str {
+        if self.dt == DType::BF16 {
+            "bf16"
+        } else {
+            "f16"
+        }
+    }
+}
+
+/// The variant of the gate_up kernel for `slots` slots of `n` outputs (pairs) over `k`:
+/// RT = 2 (a gate and an up tile per warp) and as many warps splitting K as bring the launch
+/// to about 2048 warps, each with a whole step; [`settings::FP8_LINEAR_VARIANT`] forces kw
+/// and warps.
+pub fn swiglu_variant(slots: usize, n: usize, k: usize) -> Result<Variant> {
+    if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
+        return Ok(Variant { rt: 2, ..v });
+    }
+    let steps = (k / 128).max(1);
+    let groups = slots * n.div_ceil(16);
+    let kw = TARGET_WARPS.div_ceil(groups).next_power_of_two().min(1 << steps.ilog2()).min(MAX_WARPS as usize)
+        as u8;
+    Ok(Variant { rt: 2, kw, warps: kw.max(4) })
+}
+
+/// The variant of the down + sum kernel for `k` slots a token: one 16-row tile per warp and
+/// a warp per slot (up to 8), as many row groups as fill 8 warps; or the forced one.
+pub fn sum_variant(k: usize) -> Result<Variant> {
+    if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
+        return Ok(v);
+    }
+    let kw = k.clamp(1, MAX_WARPS as usize) as u8;
+    Ok(Variant { rt: 1, kw, warps: MAX_WARPS / kw * kw })
+}
+
+fn shared_bytes(v: Variant) -> u32 {
+    if v.kw > 1 {
+        v.warps as u32 * v.rt as u32 * 4 * 32 * 4
+    } else {
+        0
+    }
+}
+
+/// Slot s multiplies x row s / `per_row` (x `[slots / per_row, K]`) by gate_up expert
+/// `experts[s]` of `[E, 2·I, K]` and stores SwiGLU → `[slots, I]`, where
+/// [`experts_declines`] said yes.
+pub(crate) fn expert_swiglu(p: Fp8Experts<'_>, per_row: usize) -> Result<DeviceBuffer> {
+    let dev = dev_of(p.w.0)?;
+    need_fp8(&dev)?;
+    let (e, n2, k) = p.dims();
+    let (n, slots) = (n2 / 2, p.experts.1.numel());
+    let v = swiglu_variant(slots, n, k)?;
+    let out = dev.alloc(slots * n * p.dt.size())?;
+    let (x_copy, xp, ldx) = p.x_rows(slots / per_row, k)?;
+    let (wp, sp, ip) = p.pointers();
+    let f = dev.function(&FP8_LINEAR, &format!("fp8_experts_swiglu_{}", p.suffix()))?;
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, slots as u32, 1),
+        block_dim: (32 * v.warps as u32, 1, 1),
+        shared_mem_bytes: shared_bytes(v),
+    };
+    let (op, pr, e32, n32, k32, kw) = (out.ptr(), per_row as i32, e as i32, n as i32, k as i32, v.kw as i32);
+    // SAFETY: x holds slots / per_row rows of K elements `ldx` apart from `xp` (16-byte
+    // aligned: view or copy, alive until the launch is enqueued); values hold E·2I·K bytes
+    // from `wp` and scales E·2I f32 from `sp`, read only for an expert in [0, E) after one
+    // wrap; `ip` points at `slots` int64; `out` holds slots·I. K % 16 == 0 and the values'
+    // alignment are checked by `experts_declines`; `kw` divides `warps` ≤ FP8L_MAX_WARPS
+    // (`Variant`), and the shared memory holds every warp's partials.
+    unsafe { launch_after!(dev, f, cfg; xp, ldx, pr, wp, sp, ip, e32, op, n32, k32, kw)? };
+    drop(x_copy);
+    Ok(out)
+}
+
+/// `out[t] = Σ_j weights[t, j] · scale[e] · w[e] · x[t, j]` (e = experts[t, j]) of x
+/// `[T, k, K]`, down values `[E, N, K]` and f32 `weights` (T·k contiguous, from `w_off`) →
+/// `[T, N]`, where [`experts_declines`] said yes for T·k slots.
+pub(crate) fn expert_linear_sum(
+    p: Fp8Experts<'_>,
+    weights: &DeviceBuffer,
+    w_off: usize,
+) -> Result<DeviceBuffer> {
+    let dev = dev_of(p.w.0)?;
+    need_fp8(&dev)?;
+    let (e, n, k) = p.dims();
+    let (t, slots) = (p.experts.1.shape[0], p.experts.1.shape[1]);
+    let v = sum_variant(slots)?;
+    let out = dev.alloc(t * n * p.dt.size())?;
+    let (x_copy, xp, ldx) = p.x_rows(t * slots, k)?;
+    let (wp, sp, ip) = p.pointers();
+    let f = dev.function(&FP8_LINEAR, &format!("fp8_experts_sum_{}_r{}", p.suffix(), v.rt))?;
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, t as u32, 1),
+        block_dim: (32 * v.warps as u32, 1, 1),
+        shared_mem_bytes: shared_bytes(v),
+    };
+    let wtp = weights.ptr() + (w_off * 4) as u64;
+    let (op, s32, e32, n32, k32, kw) = (out.ptr(), slots as i32, e as i32, n as i32, k as i32, v.kw as i32);
+    // SAFETY: x holds T·k rows of K elements `ldx` apart from `xp` (16-byte aligned, alive
+    // until the launch is enqueued); values hold E·N·K bytes from `wp` and scales E·N f32
+    // from `sp`, read only for an expert in [0, E) after one wrap; `ip` and `wtp` point at
+    // T·k int64 / f32; `out` holds T·N. T ≤ 65535 and the values' alignment are checked by
+    // `experts_declines`; warps and shared memory as in `expert_swiglu`.
+    unsafe { launch_after!(dev, f, cfg; xp, ldx, wp, sp, ip, wtp, s32, e32, op, n32, k32, kw)? };
+    drop(x_copy);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_fill_the_gpu_and_are_compiled() {
+        let _auto = settings::FP8_LINEAR_VARIANT.scoped(None);
+        // Qwen3-30B-A3B gate_up: 8 slots x 48 pair groups; K = 2048 has 16 steps.
+        assert_eq!(swiglu_variant(8, 768, 2048).unwrap(), Variant { rt: 2, kw: 8, warps: 8 });
+        // Short K: no warp without a whole step.
+        assert_eq!(swiglu_variant(8, 768, 256).unwrap(), Variant { rt: 2, kw: 2, warps: 4 });
+        assert_eq!(sum_variant(8).unwrap(), Variant { rt: 1, kw: 8, warps: 8 });
+        assert_eq!(sum_variant(3).unwrap(), Variant { rt: 1, kw: 3, warps: 6 });
+        for s in ["bf16", "f16"] {
+            assert!(FP8_LINEAR.src.contains(&format!("KILN_FP8_LINEAR_T({s}, ")));
+        }
+        for rt in [1, 2] {
+            assert!(FP8_LINEAR.src.contains(&format!("KILN_FP8_EXPERTS_SUM(S, T, {rt})")));
+        }
+    }
+
+    #[test]
+    fn routing() {
+        let w = Layout::contiguous(&[128, 1536, 2048]);
+        assert_eq!(experts_declines(8, &w, DType::BF16), None);
+        assert!(experts_declines(8, &w, DType::F32).is_some());
+        assert!(experts_declines(0, &w, DType::BF16).is_some());
+        assert!(experts_declines(8, &Layout::contiguous(&[128, 1536, 2040]), DType::BF16).is_some());
+        assert!(experts_declines(8, &Layout::contiguous(&[1536, 2048]), DType::BF16).is_some());
+    }
+}
