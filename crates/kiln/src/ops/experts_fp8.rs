@@ -108,6 +108,7 @@ impl Tensor {
         if t * slots == 0 {
             return Tensor::zeros(&[t, slots, i], self.dtype(), self.device());
         }
+        let scale = scale.dense()?;
         if kernel_takes(OP, self, values, t * slots) {
             let idx = experts.to_dtype(DType::I64)?.dense()?;
             let g = [self.read(), values.read(), scale.read(), idx.read()];
@@ -124,7 +125,6 @@ impl Tensor {
             )?;
             return Ok(Tensor::from_storage(Cuda::wrap(y), &[t, slots, i], self.dtype(), self.device()));
         }
-        let scale = scale.dense()?;
         let h = chosen_products(self, values, &scale, experts, per_row)?.to_dtype(self.dtype())?;
         h.narrow(-1, 0, i)?.silu_mul(&h.narrow(-1, i, i)?)
     }
@@ -157,7 +157,7 @@ impl Tensor {
         if t * slots == 0 {
             return Tensor::zeros(&[t, n], self.dtype(), self.device());
         }
-        let weights = weights.to_dtype(DType::F32)?.dense()?;
+        let (weights, scale) = (weights.to_dtype(DType::F32)?.dense()?, scale.dense()?);
         if kernel_takes(OP, self, values, t * slots) {
             let idx = experts.to_dtype(DType::I64)?.dense()?;
             let g = [self.read(), values.read(), scale.read(), idx.read(), weights.read()];
@@ -175,7 +175,7 @@ impl Tensor {
             )?;
             return Ok(Tensor::from_storage(Cuda::wrap(y), &[t, n], self.dtype(), self.device()));
         }
-        let y = chosen_products(self, values, &scale.dense()?, experts, 1)?;
+        let y = chosen_products(self, values, &scale, experts, 1)?;
         weights.unsqueeze(1)?.matmul(&y)?.reshape(&[t, n])?.to_dtype(self.dtype())
     }
 }

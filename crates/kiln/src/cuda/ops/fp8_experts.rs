@@ -102,6 +102,13 @@ pub fn sum_variant(k: usize) -> Result<Variant> {
     Ok(Variant { rt: 1, kw, warps: MAX_WARPS / kw * kw })
 }
 
+/// Blocks along the output rows: a row group covers 16 outputs in the gate_up kernel (its
+/// two tiles are the gate and up rows of the same outputs), 16·rt in the down kernel.
+fn row_blocks(n: usize, v: Variant, pairs: bool) -> u32 {
+    let per_group = if pairs { 16 } else { 16 * v.rt as usize };
+    n.div_ceil((v.warps / v.kw) as usize * per_group) as u32
+}
+
 fn shared_bytes(v: Variant) -> u32 {
     if v.kw > 1 {
         v.warps as u32 * v.rt as u32 * 4 * 32 * 4
@@ -124,7 +131,7 @@ pub(crate) fn expert_swiglu(p: Fp8Experts<'_>, per_row: usize) -> Result<DeviceB
     let (wp, sp, ip) = p.pointers();
     let f = dev.function(&FP8_LINEAR, &format!("fp8_experts_swiglu_{}", p.suffix()))?;
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, slots as u32, 1),
+        grid_dim: (row_blocks(n, v, true), slots as u32, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
         shared_mem_bytes: shared_bytes(v),
     };
@@ -158,7 +165,7 @@ pub(crate) fn expert_linear_sum(
     let (wp, sp, ip) = p.pointers();
     let f = dev.function(&FP8_LINEAR, &format!("fp8_experts_sum_{}_r{}", p.suffix(), v.rt))?;
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(v.rows_per_block()) as u32, t as u32, 1),
+        grid_dim: (row_blocks(n, v, false), t as u32, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
         shared_mem_bytes: shared_bytes(v),
     };
@@ -192,6 +199,24 @@ mod tests {
         }
         for rt in [1, 2] {
             assert!(FP8_LINEAR.src.contains(&format!("KILN_FP8_EXPERTS_SUM(S, T, {rt})")));
+        }
+    }
+
+    /// The kernels' n0 = (block · groups + group) · rows of a group: the grid covers every
+    /// output once (a gate_up group computes 16 outputs from its two 16-row tiles).
+    #[test]
+    fn grid_covers_every_output() {
+        for n in [1, 15, 16, 17, 768, 2049] {
+            for v in [Variant { rt: 2, kw: 8, warps: 8 }, Variant { rt: 2, kw: 1, warps: 4 }] {
+                let groups = (v.warps / v.kw) as usize;
+                let covered = row_blocks(n, v, true) as usize * groups * 16;
+                assert!(covered >= n && covered < n + groups * 16, "pairs {n} {v}");
+            }
+            for v in [Variant { rt: 1, kw: 8, warps: 8 }, Variant { rt: 2, kw: 2, warps: 8 }] {
+                let groups = (v.warps / v.kw) as usize;
+                let covered = row_blocks(n, v, false) as usize * groups * 16 * v.rt as usize;
+                assert!(covered >= n && covered < n + groups * 16 * v.rt as usize, "sum {n} {v}");
+            }
         }
     }
 

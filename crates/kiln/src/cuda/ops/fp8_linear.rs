@@ -54,7 +54,7 @@ impl Variant {
     }
 
     /// Output features one block computes.
-    pub(super) fn rows_per_block(self) -> usize {
+    fn rows_per_block(self) -> usize {
         (self.warps / self.kw) as usize * 16 * self.rt as usize
     }
 }
