@@ -31,6 +31,25 @@ pub struct ExpertGroups {
     pub ends: Tensor,
 }
 
+/// How many of a token's `slots` slots read each row of x: `slots` for x `[T, K]` (every
+/// slot of a token reads its row), 1 for `[T, k, K]` (a row per slot).
+pub(super) fn slots_per_x_row(
+    op: &'static str,
+    xs: &[usize],
+    t: usize,
+    slots: usize,
+    k: usize,
+) -> Result<usize> {
+    match xs {
+        [xt, xk] if *xt == t && *xk == k => Ok(slots),
+        [xt, xj, xk] if *xt == t && *xj == slots && *xk == k => Ok(1),
+        _ => Err(Error::bad_shape(
+            op,
+            format!("x must be [T, K] or [T, k, K] = [{t}, {k}] or [{t}, {slots}, {k}], got {xs:?}"),
+        )),
+    }
+}
+
 impl Tensor {
     /// Groups the router's choices `self` (`[T, k]`, any integer dtype) by expert, for
     /// `num_experts` experts, so that a prompt's experts run as one `grouped_mm` each:
@@ -110,16 +129,7 @@ impl Tensor {
             ));
         }
         let (e, n, k, t, slots) = (ws[0], ws[1], ws[2], es[0], es[1]);
-        let per_row = match xs {
-            [xt, xk] if *xt == t && *xk == k => slots,
-            [xt, xj, xk] if *xt == t && *xj == slots && *xk == k => 1,
-            _ => {
-                return Err(Error::bad_shape(
-                    op,
-                    format!("x must be [T, K] or [T, k, K] = [{t}, {k}] or [{t}, {slots}, {k}] for experts {es:?} and weights {ws:?}, got {xs:?}"),
-                ))
-            }
-        };
+        let per_row = slots_per_x_row(op, xs, t, slots, k)?;
         let n_out = if pairs.0 { n / 2 } else { n };
         if t * slots == 0 {
             return Tensor::zeros(&[t, slots, n_out], self.dtype, self.device);

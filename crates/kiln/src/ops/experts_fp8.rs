@@ -6,6 +6,7 @@
 //! multiplied as batched products, with the same roundings: each product is rounded to the
 //! activations' dtype before SwiGLU, the routed sum once at the end.
 
+use super::experts::slots_per_x_row;
 use super::index::check_index_dtype;
 use crate::backend::{buf, Backend, Route};
 use crate::cuda::ops::{fp8_experts_declines, Fp8Experts};
@@ -77,6 +78,30 @@ fn kernel_takes(op: &str, x: &Tensor, values: &Tensor, slots: usize) -> bool {
         == Route::Kernel
 }
 
+/// Runs `launch` on the CUDA buffers of x, the values, the (dense) scales and the experts
+/// as int64, and wraps its output `[shape]` in x's dtype.
+fn on_cuda(
+    op: &'static str,
+    x: &Tensor,
+    values: &Tensor,
+    scale: &Tensor,
+    experts: &Tensor,
+    shape: &[usize],
+    launch: impl FnOnce(Fp8Experts<'_>) -> Result<crate::cuda::DeviceBuffer>,
+) -> Result<Tensor> {
+    let idx = experts.to_dtype(DType::I64)?.dense()?;
+    let g = [x.read(), values.read(), scale.read(), idx.read()];
+    let [xb, w, s, e] = g.each_ref().map(|g| buf::<Cuda>(g, op));
+    let y = launch(Fp8Experts {
+        x: (xb?, &x.layout),
+        w: (w?, &values.layout),
+        scale: (s?, &scale.layout),
+        experts: (e?, &idx.layout),
+        dt: x.dtype(),
+    })?;
+    Ok(Tensor::from_storage(Cuda::wrap(y), shape, x.dtype(), x.device()))
+}
+
 impl Tensor {
     /// SwiGLU of the chosen FP8 gate_up experts: [`Tensor::expert_swiglu`] for stacked
     /// float8_e4m3fn `values` `[E, 2·I, K]` (gate rows, then up rows, per expert) with f32 row
@@ -94,36 +119,16 @@ impl Tensor {
                 format!("gate_up experts have {n2} rows: must be 2·I (gate, then up)"),
             ));
         }
-        let per_row = match self.shape() {
-            [xt, xk] if *xt == t && *xk == k => slots,
-            [xt, xj, xk] if *xt == t && *xj == slots && *xk == k => 1,
-            xs => {
-                return Err(Error::bad_shape(
-                    OP,
-                    format!("x must be [T, K] or [T, k, K] = [{t}, {k}] or [{t}, {slots}, {k}], got {xs:?}"),
-                ))
-            }
-        };
+        let per_row = slots_per_x_row(OP, self.shape(), t, slots, k)?;
         let i = n2 / 2;
         if t * slots == 0 {
             return Tensor::zeros(&[t, slots, i], self.dtype(), self.device());
         }
         let scale = scale.dense()?;
         if kernel_takes(OP, self, values, t * slots) {
-            let idx = experts.to_dtype(DType::I64)?.dense()?;
-            let g = [self.read(), values.read(), scale.read(), idx.read()];
-            let [x, w, s, e] = g.each_ref().map(|g| buf::<Cuda>(g, OP));
-            let y = crate::cuda::ops::fp8_expert_swiglu(
-                Fp8Experts {
-                    x: (x?, &self.layout),
-                    w: (w?, &values.layout),
-                    scale: (s?, &scale.layout),
-                    experts: (e?, &idx.layout),
-                    dt: self.dtype(),
-                },
-                per_row,
-            )?;
-            return Ok(Tensor::from_storage(Cuda::wrap(y), &[t, slots, i], self.dtype(), self.device()));
+            return on_cuda(OP, self, values, &scale, experts, &[t, slots, i], |p| {
+                crate::cuda::ops::fp8_expert_swiglu(p, per_row)
+            });
         }
         let h = chosen_products(self, values, &scale, experts, per_row)?.to_dtype(self.dtype())?;
         h.narrow(-1, 0, i)?.silu_mul(&h.narrow(-1, i, i)?)
@@ -159,21 +164,11 @@ impl Tensor {
         }
         let (weights, scale) = (weights.to_dtype(DType::F32)?.dense()?, scale.dense()?);
         if kernel_takes(OP, self, values, t * slots) {
-            let idx = experts.to_dtype(DType::I64)?.dense()?;
-            let g = [self.read(), values.read(), scale.read(), idx.read(), weights.read()];
-            let [x, w, s, e, r] = g.each_ref().map(|g| buf::<Cuda>(g, OP));
-            let y = crate::cuda::ops::fp8_expert_linear_sum(
-                Fp8Experts {
-                    x: (x?, &self.layout),
-                    w: (w?, &values.layout),
-                    scale: (s?, &scale.layout),
-                    experts: (e?, &idx.layout),
-                    dt: self.dtype(),
-                },
-                r?,
-                weights.layout.offset,
-            )?;
-            return Ok(Tensor::from_storage(Cuda::wrap(y), &[t, n], self.dtype(), self.device()));
+            let r = weights.read();
+            let rb = buf::<Cuda>(&r, OP)?;
+            return on_cuda(OP, self, values, &scale, experts, &[t, n], |p| {
+                crate::cuda::ops::fp8_expert_linear_sum(p, rb, weights.layout.offset)
+            });
         }
         let y = chosen_products(self, values, &scale, experts, 1)?;
         weights.unsqueeze(1)?.matmul(&y)?.reshape(&[t, n])?.to_dtype(self.dtype())
