@@ -7,6 +7,49 @@ use crate::layout::Layout;
 use crate::ops::RandKind;
 use crate::{DType, Device, Elem};
 
+/// x [..., K] as rows K elements long and `stride` apart from storage offset `offset`;
+/// `None` when the view is not like that.
+pub(super) fn rows_of(xl: &Layout, k: usize) -> Option<(usize, usize)> {
+    let r = xl.rank();
+    if k > 1 && xl.strides[r - 1] != 1 {
+        return None;
+    }
+    let lead = Layout { shape: xl.shape[..r - 1].to_vec(), strides: xl.strides[..r - 1].to_vec(), offset: 0 }
+        .coalesced();
+    match lead.rank() {
+        0 => Some((xl.offset, k)),
+        1 => Some((xl.offset, lead.strides[0])),
+        _ => None,
+    }
+}
+
+/// `x` `[..., K]` as rows of K elements for a kernel that loads them `align` bytes at a time:
+/// (a contiguous copy when the view is not such rows, kept alive by the caller until the
+/// launch is enqueued; the first row's address; the row stride in elements). Decode
+/// activations are small, so the copy is cheap where it happens.
+pub(super) fn aligned_rows(
+    x: &DeviceBuffer,
+    xl: &Layout,
+    k: usize,
+    dt: DType,
+    align: u64,
+) -> Result<(Option<DeviceBuffer>, u64, i64)> {
+    let (size, rows) = (dt.size(), xl.numel() / k.max(1));
+    let aligned = |p: u64, stride: usize| {
+        p.is_multiple_of(align) && (rows <= 1 || ((stride * size) as u64).is_multiple_of(align))
+    };
+    let direct =
+        rows_of(xl, k).map(|(off, s)| (x.ptr() + (off * size) as u64, s)).filter(|&(p, s)| aligned(p, s));
+    Ok(match direct {
+        Some((p, s)) => (None, p, s as i64),
+        None => {
+            let c = cast(x, xl, dt, dt)?;
+            let p = c.ptr();
+            (Some(c), p, k as i64)
+        }
+    })
+}
+
 /// Contiguous copy of the view `l` of `src`, converted from `from` to `to`.
 pub fn cast(src: &DeviceBuffer, l: &Layout, from: DType, to: DType) -> Result<DeviceBuffer> {
     let dev = dev_of(src)?;

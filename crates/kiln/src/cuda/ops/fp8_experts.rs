@@ -4,7 +4,7 @@
 //! experts' weights. Stacked values `[E, N, K]` float8_e4m3fn with f32 row scales `[E, N]`.
 //! `Tensor::expert_swiglu_fp8` / `expert_linear_sum_fp8` route here.
 
-use super::fp8_linear::{need_fp8, Variant, MAX_WARPS, TARGET_WARPS};
+use super::fp8_linear::{need_fp8, split_k, Variant, MAX_WARPS};
 use super::{copy, dev_of, FP8_LINEAR};
 use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::Result;
@@ -45,20 +45,9 @@ impl Fp8Experts<'_> {
         (s[0], s[1], s[2])
     }
 
-    /// x's first row and row stride, as 16-byte aligned rows of K (a contiguous copy when
-    /// the view is not; kept alive by the caller until the launch is enqueued).
-    fn x_rows(&self, rows: usize, k: usize) -> Result<(Option<DeviceBuffer>, u64, i64)> {
-        let (x, xl) = self.x;
-        let size = self.dt.size();
-        let p = x.ptr() + (xl.offset * size) as u64;
-        let ld = if rows > 1 { xl.strides[xl.rank() - 2] } else { k };
-        let rows_ok = xl.is_contiguous() || (xl.rank() == 2 && xl.strides[1] == 1);
-        if rows_ok && p.is_multiple_of(16) && (ld * size).is_multiple_of(16) {
-            return Ok((None, p, ld as i64));
-        }
-        let c = copy::cast(x, xl, self.dt, self.dt)?;
-        let p = c.ptr();
-        Ok((Some(c), p, k as i64))
+    /// x's rows as the kernels load them (16 bytes at a time); see [`copy::aligned_rows`].
+    fn x_rows(&self, k: usize) -> Result<(Option<DeviceBuffer>, u64, i64)> {
+        copy::aligned_rows(self.x.0, self.x.1, k, self.dt, 16)
     }
 
     fn pointers(&self) -> (u64, u64, u64) {
@@ -85,11 +74,8 @@ pub fn swiglu_variant(slots: usize, n: usize, k: usize) -> Result<Variant> {
     if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
         return Ok(Variant { rt: 2, ..v });
     }
-    let steps = (k / 128).max(1);
-    let groups = slots * n.div_ceil(16);
-    let kw = TARGET_WARPS.div_ceil(groups).next_power_of_two().min(1 << steps.ilog2()).min(MAX_WARPS as usize)
-        as u8;
-    Ok(Variant { rt: 2, kw, warps: kw.max(4) })
+    // A group of 16 output pairs streams two tiles, so a K step is 128 bytes as for rt = 2.
+    Ok(split_k(slots * n.div_ceil(16), k, 2))
 }
 
 /// The variant of the down + sum kernel for `k` slots a token: one 16-row tile per warp and
@@ -109,14 +95,6 @@ fn row_blocks(n: usize, v: Variant, pairs: bool) -> u32 {
     n.div_ceil((v.warps / v.kw) as usize * per_group) as u32
 }
 
-fn shared_bytes(v: Variant) -> u32 {
-    if v.kw > 1 {
-        v.warps as u32 * v.rt as u32 * 4 * 32 * 4
-    } else {
-        0
-    }
-}
-
 /// Slot s multiplies x row s / `per_row` (x `[slots / per_row, K]`) by gate_up expert
 /// `experts[s]` of `[E, 2·I, K]` and stores SwiGLU → `[slots, I]`, where
 /// [`experts_declines`] said yes.
@@ -127,13 +105,13 @@ pub(crate) fn expert_swiglu(p: Fp8Experts<'_>, per_row: usize) -> Result<DeviceB
     let (n, slots) = (n2 / 2, p.experts.1.numel());
     let v = swiglu_variant(slots, n, k)?;
     let out = dev.alloc(slots * n * p.dt.size())?;
-    let (x_copy, xp, ldx) = p.x_rows(slots / per_row, k)?;
+    let (x_copy, xp, ldx) = p.x_rows(k)?;
     let (wp, sp, ip) = p.pointers();
     let f = dev.function(&FP8_LINEAR, &format!("fp8_experts_swiglu_{}", p.suffix()))?;
     let cfg = LaunchConfig {
         grid_dim: (row_blocks(n, v, true), slots as u32, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
-        shared_mem_bytes: shared_bytes(v),
+        shared_mem_bytes: v.shared_bytes(1),
     };
     let (op, pr, e32, n32, k32, kw) = (out.ptr(), per_row as i32, e as i32, n as i32, k as i32, v.kw as i32);
     // SAFETY: x holds slots / per_row rows of K elements `ldx` apart from `xp` (16-byte
@@ -161,13 +139,13 @@ pub(crate) fn expert_linear_sum(
     let (t, slots) = (p.experts.1.shape[0], p.experts.1.shape[1]);
     let v = sum_variant(slots)?;
     let out = dev.alloc(t * n * p.dt.size())?;
-    let (x_copy, xp, ldx) = p.x_rows(t * slots, k)?;
+    let (x_copy, xp, ldx) = p.x_rows(k)?;
     let (wp, sp, ip) = p.pointers();
     let f = dev.function(&FP8_LINEAR, &format!("fp8_experts_sum_{}_r{}", p.suffix(), v.rt))?;
     let cfg = LaunchConfig {
         grid_dim: (row_blocks(n, v, false), t as u32, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
-        shared_mem_bytes: shared_bytes(v),
+        shared_mem_bytes: v.shared_bytes(1),
     };
     let wtp = weights.ptr() + (w_off * 4) as u64;
     let (op, s32, e32, n32, k32, kw) = (out.ptr(), slots as i32, e as i32, n as i32, k as i32, v.kw as i32);

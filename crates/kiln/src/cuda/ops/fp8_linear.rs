@@ -57,6 +57,16 @@ impl Variant {
     fn rows_per_block(self) -> usize {
         (self.warps / self.kw) as usize * 16 * self.rt as usize
     }
+
+    /// Shared memory of a block with `mt` 8-row activation tiles: every warp's partial sums
+    /// (4 per lane per 16-row tile) when K is split across warps.
+    pub(super) fn shared_bytes(self, mt: usize) -> u32 {
+        if self.kw > 1 {
+            (self.warps as usize * self.rt as usize * mt * 4 * 32 * 4) as u32
+        } else {
+            0
+        }
+    }
 }
 
 impl std::fmt::Display for Variant {
@@ -98,13 +108,19 @@ pub fn choose(n: usize, k: usize) -> Result<Variant> {
     if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
         return Ok(v);
     }
-    let rt = 1u8;
-    let step = Variant { rt, kw: 1, warps: 1 }.step();
-    let steps = (k / step).max(1);
-    let groups = n.div_ceil(16 * rt as usize).max(1);
-    let kw = TARGET_WARPS.div_ceil(groups).next_power_of_two().min(1 << steps.ilog2()).min(MAX_WARPS as usize)
-        as u8;
-    Ok(Variant { rt, kw, warps: kw.max(4) })
+    Ok(split_k(n.div_ceil(16), k, 1))
+}
+
+/// `rt` tiles a warp over `groups` row groups of K: as many warps splitting K as bring the
+/// launch to `TARGET_WARPS`, each with at least one whole step, and at least 4 warps a block.
+pub(super) fn split_k(groups: usize, k: usize, rt: u8) -> Variant {
+    let steps = (k / Variant { rt, kw: 1, warps: 1 }.step()).max(1);
+    let kw = TARGET_WARPS
+        .div_ceil(groups.max(1))
+        .next_power_of_two()
+        .min(1 << steps.ilog2())
+        .min(MAX_WARPS as usize) as u8;
+    Variant { rt, kw, warps: kw.max(4) }
 }
 
 /// Why `m` × `[n, k]` in `dt` keeps the FP8 path (`None`: the w8a16 kernel takes it). The
@@ -153,11 +169,7 @@ pub(crate) fn fp8_linear(p: Fp8Linear<'_>) -> Result<Option<DeviceBuffer>> {
     let dev = dev_of(p.w.0)?;
     need_fp8(&dev)?;
     let size = p.dt.size();
-    let xp = p.x.0.ptr() + (xl.offset * size) as u64;
-    let ldx = if m > 1 { xl.strides[0] } else { k };
-    let aligned = xl.strides[1] == 1 && xp.is_multiple_of(16) && (ldx * size).is_multiple_of(16);
-    let x_copy = if aligned { None } else { Some(copy::cast(p.x.0, xl, p.dt, p.dt)?) };
-    let (xp, ldx) = x_copy.as_ref().map_or((xp, ldx), |c| (c.ptr(), k));
+    let (x_copy, xp, ldx) = copy::aligned_rows(p.x.0, xl, k, p.dt, 16)?;
 
     let v = choose(n, k)?;
     let mt = if m > 8 { 2 } else { 1 };
@@ -166,13 +178,12 @@ pub(crate) fn fp8_linear(p: Fp8Linear<'_>) -> Result<Option<DeviceBuffer>> {
     let out = dev.alloc(m * n * size)?;
     let (bp, ldb) =
         p.bias.map_or((0u64, 0i64), |(b, l)| (b.ptr() + (l.offset * size) as u64, l.strides[0] as i64));
-    let smem = if v.kw > 1 { v.warps as usize * v.rt as usize * mt * 4 * 32 * 4 } else { 0 };
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(v.rows_per_block()) as u32, 1, 1),
         block_dim: (32 * v.warps as u32, 1, 1),
-        shared_mem_bytes: smem as u32,
+        shared_mem_bytes: v.shared_bytes(mt),
     };
-    let (ldx, ldw, sp, rowwise, op) = (ldx as i64, k as i64, p.scale.ptr(), p.rowwise as i32, out.ptr());
+    let (ldw, sp, rowwise, op) = (k as i64, p.scale.ptr(), p.rowwise as i32, out.ptr());
     let (m32, n32, k32, kw) = (m as i32, n as i32, k as i32, v.kw as i32);
     // SAFETY: the kernel reads M rows of K elements of `dt`, `ldx` apart, from `xp` (the view's
     // storage or its contiguous copy, alive until the launch is enqueued and released

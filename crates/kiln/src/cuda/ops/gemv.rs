@@ -209,22 +209,6 @@ fn widest(size: usize, ok: impl Fn(u64) -> bool) -> u8 {
     [16u8, 8, 4, 2].into_iter().find(|&v| v as usize >= size && ok(v as u64)).unwrap_or(size as u8)
 }
 
-/// x [..., K] as rows K elements long and `stride` apart from storage offset `offset`;
-/// `None` when the view is not like that.
-fn rows_of(xl: &Layout, k: usize) -> Option<(usize, usize)> {
-    let r = xl.rank();
-    if k > 1 && xl.strides[r - 1] != 1 {
-        return None;
-    }
-    let lead = Layout { shape: xl.shape[..r - 1].to_vec(), strides: xl.strides[..r - 1].to_vec(), offset: 0 }
-        .coalesced();
-    match lead.rank() {
-        0 => Some((xl.offset, k)),
-        1 => Some((xl.offset, lead.strides[0])),
-        _ => None,
-    }
-}
-
 /// The load width for a weight at `wp` with rows of K elements: the chosen tile, or the
 /// narrow-load tile when alignment forbids its load width.
 fn fit(chosen: Variant, wp: u64, k: usize, size: usize) -> Variant {
@@ -236,32 +220,6 @@ fn fit(chosen: Variant, wp: u64, k: usize, size: usize) -> Variant {
     } else {
         Variant { vec, rows: 1, unroll: 4, ..chosen }
     }
-}
-
-/// x [..., K] as `rows` rows that variant `v` can load: (a contiguous copy when the view is
-/// not rows of K aligned elements, which x is tiny enough for; first row, row stride).
-fn x_rows(
-    x: &DeviceBuffer,
-    xl: &Layout,
-    k: usize,
-    rows: usize,
-    v: Variant,
-    dt: DType,
-) -> Result<(Option<DeviceBuffer>, u64, i64)> {
-    let size = dt.size();
-    let aligned = |p: u64, stride: usize| {
-        p.is_multiple_of(v.vec as u64) && (rows == 1 || (stride * size).is_multiple_of(v.vec as usize))
-    };
-    let direct =
-        rows_of(xl, k).map(|(off, s)| (x.ptr() + (off * size) as u64, s)).filter(|&(p, s)| aligned(p, s));
-    Ok(match direct {
-        Some((p, s)) => (None, p, s as i64),
-        None => {
-            let c = copy::cast(x, xl, dt, dt)?;
-            let p = c.ptr();
-            (Some(c), p, k as i64)
-        }
-    })
 }
 
 /// `x` `[..., K]` (any layout) · `w` `[N, K]`ᵀ (+ `bias` `[N]`, any stride) → `[rows, N]`, where
@@ -283,7 +241,7 @@ pub fn linear(
     let out = dev.alloc(rows * n_out * size)?;
     let wp = w.ptr() + (wl.offset * size) as u64;
     let v = pair_tile(fit(choose(rows, n, k)?, wp, k, size), pairs);
-    let (x_copy, xp, xs) = x_rows(x, xl, k, rows, v, dt)?;
+    let (x_copy, xp, xs) = copy::aligned_rows(x, xl, k, dt, v.vec as u64)?;
     let kind = if pairs.0 { "gemv_pairs" } else { "gemv" };
     let name = format!(
         "{kind}_{}_b{}_r{}_u{}_m{}",
@@ -368,7 +326,7 @@ pub fn expert_linear(
         _ => choose(1, slots * n, k)?,
     };
     let v = pair_tile(fit(chosen, wp, k, size), pairs);
-    let (x_copy, xp, xs) = x_rows(x, xl, k, slots / per_row, v, dt)?;
+    let (x_copy, xp, xs) = copy::aligned_rows(x, xl, k, dt, v.vec as u64)?;
     let (idx_copy, ip) = super::index::i64_indices(experts, el, edt)?;
     let kind = if pairs.0 { "gemv_experts_pairs" } else { "gemv_experts" };
     let f = dev
@@ -433,7 +391,7 @@ pub fn expert_linear_sum(
     let split = k.clamp(1, 4) as u8;
     let v = settings::GEMV_VARIANT.get()?.unwrap_or(Variant::new(16, 2, 4, split, 8 / split * split));
     let v = fit(v, wp, i, size);
-    let (x_copy, xp, xs) = x_rows(x, xl, i, t * k, v, dt)?;
+    let (x_copy, xp, xs) = copy::aligned_rows(x, xl, i, dt, v.vec as u64)?;
     let (idx_copy, ip) = super::index::i64_indices(experts, el, edt)?;
     let f = dev.function(
         &GEMV,
@@ -508,11 +466,11 @@ mod tests {
             strides: strides.to_vec(),
             offset,
         };
-        assert_eq!(rows_of(&l(&[5], &[1], 3), 5), Some((3, 5)));
-        assert_eq!(rows_of(&l(&[2, 3, 5], &[15, 5, 1], 0), 5), Some((0, 5)));
-        assert_eq!(rows_of(&l(&[4, 5], &[16, 1], 2), 5), Some((2, 16)));
-        assert_eq!(rows_of(&l(&[4, 5], &[1, 4], 0), 5), None);
-        assert_eq!(rows_of(&l(&[2, 3, 5], &[5, 10, 1], 0), 5), None);
+        assert_eq!(copy::rows_of(&l(&[5], &[1], 3), 5), Some((3, 5)));
+        assert_eq!(copy::rows_of(&l(&[2, 3, 5], &[15, 5, 1], 0), 5), Some((0, 5)));
+        assert_eq!(copy::rows_of(&l(&[4, 5], &[16, 1], 2), 5), Some((2, 16)));
+        assert_eq!(copy::rows_of(&l(&[4, 5], &[1, 4], 0), 5), None);
+        assert_eq!(copy::rows_of(&l(&[2, 3, 5], &[5, 10, 1], 0), 5), None);
         assert_eq!(widest(2, |v| 4096 % v == 0), 16);
         assert_eq!(widest(2, |v| 4098 % v == 0), 2);
         assert_eq!(widest(4, |v| 4100 % v == 0), 4);
