@@ -1,7 +1,7 @@
 //! The CPU's [`Backend`] impl: the reference kernels of `cpu/` behind the seam's
 //! signatures. Indices are read on the host, so they are range-checked here.
 
-use super::{cast, index, CpuBuffer};
+use super::{cast, index, to_f32_view, CpuBuffer};
 use crate::backend::{At, Backend, RotaryCache, RotaryNorm, RotaryStart, ScaledMm};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -245,8 +245,7 @@ impl Backend for Cpu {
             DType::F32 => CpuBuffer::from_vec(matmul(x.as_slice::<f32>(), xl, y.as_slice::<f32>(), yl)),
             // 16-bit floats multiply in f32 and round once.
             _ if dt.is_float() => {
-                let (x32, y32) = (cast(x, xl, dt, DType::F32), cast(y, yl, dt, DType::F32));
-                let (cx, cy) = (Layout::contiguous(&xl.shape), Layout::contiguous(&yl.shape));
+                let ((x32, cx), (y32, cy)) = (to_f32_view(x, xl, dt), to_f32_view(y, yl, dt));
                 let v = matmul(x32.as_slice::<f32>(), &cx, y32.as_slice::<f32>(), &cy);
                 let n = [v.len()];
                 cast(&CpuBuffer::from_vec(v), &Layout::contiguous(&n), DType::F32, dt)

@@ -63,6 +63,28 @@ fn widen<H: Sync>(s: &[H], convert: impl Fn(&[H], &mut [f32]) + Sync) -> CpuBuff
     CpuBuffer::from_vec(out)
 }
 
+/// `l` of `src` as f32 and the layout to read the result with. A view whose elements fill a
+/// storage range in some order (a transposed weight, as `linear` multiplies it) is
+/// widened as that range and keeps its strides: walked element by element, the
+/// transposed bf16 weights cost a CPU prompt most of its time. Any other view is copied
+/// contiguous.
+pub(crate) fn to_f32_view(src: &CpuBuffer, l: &Layout, from: DType) -> (CpuBuffer, Layout) {
+    let mut dims: Vec<(usize, usize)> =
+        l.strides.iter().zip(&l.shape).filter(|&(_, &n)| n != 1).map(|(&st, &n)| (st, n)).collect();
+    dims.sort_unstable();
+    let mut next = 1;
+    let dense = dims.iter().all(|&(st, n)| {
+        let ok = st == next;
+        next *= n;
+        ok
+    });
+    if !dense {
+        return (cast(src, l, from, DType::F32), Layout::contiguous(&l.shape));
+    }
+    let range = Layout { offset: l.offset, ..Layout::contiguous(&[l.numel()]) };
+    (cast(src, &range, from, DType::F32), Layout { offset: 0, ..l.clone() })
+}
+
 /// Strided copy with dtype conversion: the CPU half of `contiguous` and `to_dtype`.
 /// float → float goes through f64 (exact, then PyTorch's rounding of the target);
 /// integer ↔ integer and bool go through i128 so 64-bit values stay exact.
@@ -122,6 +144,25 @@ mod tests {
             for (i, &v) in got.as_slice::<f32>().iter().enumerate() {
                 assert!(same(v, want(3 + 2 * i)), "{dt:?} strided code {:#06x}: {v}", codes[3 + 2 * i]);
             }
+        }
+    }
+
+    /// A transposed (and a permuted 3-D) view keeps its strides and reads the same values
+    /// as the contiguous copy; a view with gaps or a broadcast dim is copied.
+    #[test]
+    fn f32_views_of_dense_permutations_keep_strides() {
+        let vals: Vec<half::bf16> = (0..60).map(|i| half::bf16::from_f32(i as f32 * 0.5 - 7.0)).collect();
+        let buf = CpuBuffer::from_vec(vals);
+        let transposed = Layout::contiguous(&[6, 10]).permute(&[1, 0]);
+        let permuted = Layout::contiguous(&[3, 4, 5]).permute(&[2, 0, 1]);
+        let gappy = Layout { shape: vec![5, 3], strides: vec![1, 10], offset: 2 };
+        let broadcast = Layout { shape: vec![4, 5], strides: vec![0, 1], offset: 5 };
+        for (l, keeps) in [(transposed, true), (permuted, true), (gappy, false), (broadcast, false)] {
+            let (v, vl) = to_f32_view(&buf, &l, DType::BF16);
+            assert_eq!(vl.strides == l.strides, keeps, "{l:?}");
+            let got: Vec<f32> = vl.offsets().map(|o| v.as_slice::<f32>()[o]).collect();
+            let want = cast(&buf, &l, DType::BF16, DType::F32);
+            assert_eq!(got, want.as_slice::<f32>(), "{l:?}");
         }
     }
 }
