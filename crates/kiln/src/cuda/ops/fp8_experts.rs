@@ -4,7 +4,7 @@
 //! experts' weights. Stacked values `[E, N, K]` float8_e4m3fn with f32 row scales `[E, N]`.
 //! `Tensor::expert_swiglu_fp8` / `expert_linear_sum_fp8` route here.
 
-use super::fp8_linear::{need_fp8, split_k, Variant, MAX_WARPS};
+use super::fp8_linear::{need_fp8, split_k, Variant, MAX_WARPS, TARGET_WARPS};
 use super::{copy, dev_of, FP8_LINEAR};
 use crate::cuda::{DeviceBuffer, LaunchConfig};
 use crate::error::Result;
@@ -68,24 +68,31 @@ impl Fp8Experts<'_> {
 
 /// The variant of the gate_up kernel for `slots` slots of `n` outputs (pairs) over `k`:
 /// RT = 2 (a gate and an up tile per warp) and as many warps splitting K as bring the launch
-/// to about 2048 warps, each with a whole step; [`settings::FP8_LINEAR_VARIANT`] forces kw
+/// to at most 2048 warps, each with a whole step; [`settings::FP8_LINEAR_VARIANT`] forces kw
 /// and warps.
 pub fn swiglu_variant(slots: usize, n: usize, k: usize) -> Result<Variant> {
     if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
         return Ok(Variant { rt: 2, ..v });
     }
     // A group of 16 output pairs streams two tiles, so a K step is 128 bytes as for rt = 2.
-    Ok(split_k(slots * n.div_ceil(16), k, 2))
+    // The split rounds down, unlike the dense kernel's: on the H100 (bench/results/
+    // 2026-12-07-b866b82-h100) g4 beat g8 where 2048 warps fell between them (Qwen3-30B-A3B
+    // 14.12 → 12.21 µs, LFM2-8B-A1B 15.34 → 12.93) and g8 stayed best where 2048 was exact.
+    let groups = (slots * n.div_ceil(16)).max(1);
+    let per_group = (TARGET_WARPS / groups).max(1);
+    Ok(split_k(1 << per_group.ilog2(), k, 2))
 }
 
 /// The variant of the down + sum kernel for `k` slots a token: one 16-row tile per warp and
-/// a warp per slot (up to 8), as many row groups as fill 8 warps; or the forced one.
+/// a warp per slot (up to 8); a block is one row group when that makes 4+ warps (on the
+/// H100, g4_w4 beat g4_w8 by 10–12% on all three MoE presets), else as many as fill 8 warps.
+/// Or the forced one.
 pub fn sum_variant(k: usize) -> Result<Variant> {
     if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
         return Ok(v);
     }
     let kw = k.clamp(1, MAX_WARPS as usize) as u8;
-    Ok(Variant { rt: 1, kw, warps: MAX_WARPS / kw * kw })
+    Ok(Variant { rt: 1, kw, warps: if kw >= 4 { kw } else { MAX_WARPS / kw * kw } })
 }
 
 /// Blocks along the output rows: a row group covers 16 outputs in the gate_up kernel (its
@@ -166,11 +173,18 @@ mod tests {
     #[test]
     fn variants_fill_the_gpu_and_are_compiled() {
         let _auto = settings::FP8_LINEAR_VARIANT.scoped(None);
-        // Qwen3-30B-A3B gate_up: 8 slots x 48 pair groups; K = 2048 has 16 steps.
-        assert_eq!(swiglu_variant(8, 768, 2048).unwrap(), Variant { rt: 2, kw: 8, warps: 8 });
+        // Qwen3-30B-A3B gate_up: 8 slots x 48 pair groups, 2048 / 384 warps rounds down to 4;
+        // K = 2048 has 16 steps.
+        assert_eq!(swiglu_variant(8, 768, 2048).unwrap(), Variant { rt: 2, kw: 4, warps: 4 });
+        // Qwen3.6-35B-A3B: 8 x 32 groups, exactly 8 each. LFM2-8B-A1B: 4 x 112, 4 each.
+        assert_eq!(swiglu_variant(8, 512, 2048).unwrap(), Variant { rt: 2, kw: 8, warps: 8 });
+        assert_eq!(swiglu_variant(4, 1792, 2048).unwrap(), Variant { rt: 2, kw: 4, warps: 4 });
+        // More groups than target warps: no split.
+        assert_eq!(swiglu_variant(8, 8192, 2048).unwrap(), Variant { rt: 2, kw: 1, warps: 4 });
         // Short K: no warp without a whole step.
         assert_eq!(swiglu_variant(8, 768, 256).unwrap(), Variant { rt: 2, kw: 2, warps: 4 });
         assert_eq!(sum_variant(8).unwrap(), Variant { rt: 1, kw: 8, warps: 8 });
+        assert_eq!(sum_variant(4).unwrap(), Variant { rt: 1, kw: 4, warps: 4 });
         assert_eq!(sum_variant(3).unwrap(), Variant { rt: 1, kw: 3, warps: 6 });
         for s in ["bf16", "f16"] {
             assert!(FP8_LINEAR.src.contains(&format!("KILN_FP8_LINEAR_T({s}, ")));

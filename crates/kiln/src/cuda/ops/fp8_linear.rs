@@ -108,18 +108,14 @@ pub fn choose(n: usize, k: usize) -> Result<Variant> {
     if let Some(v) = settings::FP8_LINEAR_VARIANT.get()? {
         return Ok(v);
     }
-    Ok(split_k(n.div_ceil(16), k, 1))
+    Ok(split_k(TARGET_WARPS.div_ceil(n.div_ceil(16)).next_power_of_two(), k, 1))
 }
 
-/// `rt` tiles a warp over `groups` row groups of K: as many warps splitting K as bring the
-/// launch to `TARGET_WARPS`, each with at least one whole step, and at least 4 warps a block.
-pub(super) fn split_k(groups: usize, k: usize, rt: u8) -> Variant {
+/// `rt` tiles a warp, `kw` of them (a power of two) splitting K: as many as asked, but each
+/// with at least one whole step and at most [`MAX_WARPS`]; at least 4 warps a block.
+pub(super) fn split_k(kw: usize, k: usize, rt: u8) -> Variant {
     let steps = (k / Variant { rt, kw: 1, warps: 1 }.step()).max(1);
-    let kw = TARGET_WARPS
-        .div_ceil(groups.max(1))
-        .next_power_of_two()
-        .min(1 << steps.ilog2())
-        .min(MAX_WARPS as usize) as u8;
+    let kw = kw.min(1 << steps.ilog2()).min(MAX_WARPS as usize) as u8;
     Variant { rt, kw, warps: kw.max(4) }
 }
 
