@@ -312,6 +312,18 @@ pub fn linear<W: WeightElem>(
     y
 }
 
+/// SwiGLU of `y` `[rows, 2·I]` (gate, then up, per row): `[rows, I]` of
+/// `silu(gate) · up`, in f32.
+pub(crate) fn swiglu_rows(y: &[f32], rows: usize, n: usize) -> Vec<f32> {
+    let i = n / 2;
+    let mut out = Vec::with_capacity(rows * i);
+    for r in y.chunks_exact(n).take(rows) {
+        let (gate, up) = r.split_at(i);
+        out.extend(gate.iter().zip(up).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

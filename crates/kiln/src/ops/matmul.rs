@@ -96,6 +96,13 @@ impl Tensor {
             ));
         }
         let rows = self.numel().checked_div(k).unwrap_or(0);
+        let same =
+            gate_up.device == self.device && gate_up.dtype == self.dtype && self.shape().last() == Some(&k);
+        if self.device == Device::Cpu && same {
+            if let Some(t) = self.cpu_gemv(gate_up, None, rows, Pairs(true))? {
+                return Ok(t);
+            }
+        }
         let fused = self.device.is_cuda()
             && gate_up.device == self.device
             && gate_up.dtype == self.dtype
@@ -132,7 +139,7 @@ impl Tensor {
         }
         let rows = self.numel().checked_div(k).unwrap_or(0);
         if self.device == Device::Cpu {
-            return self.cpu_gemv(weight, bias, rows);
+            return self.cpu_gemv(weight, bias, rows, Pairs(false));
         }
         let why = crate::cuda::ops::gemv::declines(rows, n, k, &weight.layout, self.dtype);
         if let Route::Composed(_) =
@@ -233,7 +240,16 @@ impl Tensor {
     /// `cpu/gemv.rs` for up to `MAX_ROWS` rows against a contiguous f32 / bf16 / f16
     /// weight: the activations and bias are widened to f32, the weight is read as stored,
     /// and the f32 result rounds once to the dtype (as the GEMM path rounds).
-    fn cpu_gemv(&self, weight: &Tensor, bias: Option<&Tensor>, rows: usize) -> Result<Option<Tensor>> {
+    /// With `pairs`, the weight is `[2·I, K]` (gate, then up) and the result SwiGLU of the
+    /// f32 products, `[..., I]`: one pass, without the composed `silu_mul`'s f64 `exp` per
+    /// element (2.5% of a SmolLM2-135M decode step on a 2-core EPYC).
+    fn cpu_gemv(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        rows: usize,
+        pairs: Pairs,
+    ) -> Result<Option<Tensor>> {
         let dt = self.dtype;
         let fits = matches!(dt, DType::F32 | DType::BF16 | DType::F16) && weight.layout.is_contiguous();
         if !fits || rows == 0 || rows > cpu::gemv::MAX_ROWS {
@@ -244,7 +260,13 @@ impl Tensor {
         let b = bias.map(|b| b.to_dtype(DType::F32)?.to_vec::<f32>()).transpose()?;
         let wg = weight.read();
         let w = (buf::<Cpu>(&wg, "linear")?, weight.layout.offset);
-        let y = cpu::gemv::linear_of(&x, rows, k, w, n, dt, b.as_deref());
+        let mut y = cpu::gemv::linear_of(&x, rows, k, w, n, dt, b.as_deref());
+        let n = if pairs.0 {
+            y = cpu::gemv::swiglu_rows(&y, rows, n);
+            n / 2
+        } else {
+            n
+        };
         let mut shape = self.shape()[..self.rank() - 1].to_vec();
         shape.push(n);
         Tensor::from_vec(y, &shape, Device::Cpu)?.to_dtype(dt).map(Some)
@@ -273,6 +295,27 @@ mod tests {
             }
         }
         assert!(x.linear_swiglu(&w.narrow(0, 0, 7).unwrap()).unwrap_err().to_string().contains("2·I"));
+    }
+
+    /// The CPU's fused decode path (f32 / bf16, up to 8 rows) against linear then
+    /// silu_mul computed in f64, at odd sizes.
+    #[test]
+    fn cpu_linear_swiglu_matches_the_composed_ops() {
+        for (dt, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+            for rows in [1, 3, 8] {
+                let x = Tensor::randn(&[rows, 37], 3, dt, Device::Cpu).unwrap();
+                let w = Tensor::randn(&[2 * 19, 37], 4, dt, Device::Cpu).unwrap();
+                let got = x.linear_swiglu(&w).unwrap();
+                assert_eq!((got.shape(), got.dtype()), (&[rows, 19][..], dt));
+                let h =
+                    x.to_dtype(DType::F64).unwrap().linear(&w.to_dtype(DType::F64).unwrap(), None).unwrap();
+                let want = h.narrow(-1, 0, 19).unwrap().silu_mul(&h.narrow(-1, 19, 19).unwrap()).unwrap();
+                let (got, want) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt:?} rows {rows}: {g} vs {w}");
+                }
+            }
+        }
     }
 
     /// Each row of the output is its row of A times its group's B (f64 reference); an
