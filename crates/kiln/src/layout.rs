@@ -85,6 +85,21 @@ impl Layout {
         true
     }
 
+    /// Whether the elements fill `offset..offset + numel` in some order of the dims: a
+    /// permutation of a contiguous layout, such as a transpose (size-1 dims' strides do not
+    /// matter). Gaps and broadcast (stride-0) dims are not dense.
+    pub fn is_dense(&self) -> bool {
+        let mut dims: Vec<(usize, usize)> =
+            self.strides.iter().zip(&self.shape).filter(|&(_, &n)| n != 1).map(|(&st, &n)| (st, n)).collect();
+        dims.sort_unstable();
+        let mut next = 1;
+        dims.iter().all(|&(st, n)| {
+            let ok = st == next;
+            next *= n;
+            ok
+        })
+    }
+
     /// The largest storage index touched plus one (0 for an empty tensor).
     pub fn storage_extent(&self) -> usize {
         if self.numel() == 0 {
@@ -196,6 +211,15 @@ impl ExactSizeIterator for StridedOffsets<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dense_layouts_are_permutations_of_contiguous_ones() {
+        assert!(Layout::contiguous(&[6, 10]).is_dense());
+        assert!(Layout::contiguous(&[6, 10]).permute(&[1, 0]).is_dense());
+        assert!(Layout::contiguous(&[3, 1, 4, 5]).permute(&[3, 1, 0, 2]).is_dense());
+        assert!(!Layout { shape: vec![5, 3], strides: vec![1, 10], offset: 2 }.is_dense());
+        assert!(!Layout { shape: vec![4, 5], strides: vec![0, 1], offset: 5 }.is_dense());
+    }
 
     #[test]
     fn offsets_of_transpose() {

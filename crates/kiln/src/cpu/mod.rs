@@ -69,16 +69,7 @@ fn widen<H: Sync>(s: &[H], convert: impl Fn(&[H], &mut [f32]) + Sync) -> CpuBuff
 /// transposed bf16 weights cost a CPU prompt most of its time. Any other view is copied
 /// contiguous.
 pub(crate) fn to_f32_view(src: &CpuBuffer, l: &Layout, from: DType) -> (CpuBuffer, Layout) {
-    let mut dims: Vec<(usize, usize)> =
-        l.strides.iter().zip(&l.shape).filter(|&(_, &n)| n != 1).map(|(&st, &n)| (st, n)).collect();
-    dims.sort_unstable();
-    let mut next = 1;
-    let dense = dims.iter().all(|&(st, n)| {
-        let ok = st == next;
-        next *= n;
-        ok
-    });
-    if !dense {
+    if !l.is_dense() {
         return (cast(src, l, from, DType::F32), Layout::contiguous(&l.shape));
     }
     let range = Layout { offset: l.offset, ..Layout::contiguous(&[l.numel()]) };

@@ -104,9 +104,7 @@ impl Tensor {
             }
         }
         let fused = self.device.is_cuda()
-            && gate_up.device == self.device
-            && gate_up.dtype == self.dtype
-            && self.shape().last() == Some(&k)
+            && same
             && crate::cuda::ops::gemv::declines(rows, two_i, k, &gate_up.layout, self.dtype).is_none()
             && self.cuda_pairs_fit(gate_up);
         if !fused {
